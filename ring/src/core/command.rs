@@ -1,0 +1,251 @@
+//! Commands: the only way the replicated state changes. Each travels in a [`Proposal`] that also
+//! carries who asked, why, and the proposer's wall-clock time, so `apply` never reads a clock.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::NodeId;
+use super::error::CommandError;
+use super::limits::{MAX_MEMBERS, MAX_TEXT_LEN};
+use super::names::{
+    check_address, check_backup_url, check_dns_name, check_label, check_text, require,
+};
+use super::state::Health;
+
+/// A command with its context, as written to the Raft log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proposal {
+    /// What to do.
+    pub command: Command,
+    /// Unix time in milliseconds at the proposer. Only recorded, never compared with a clock.
+    pub at_ms: u64,
+    /// Who asked: a client identity, or `ringd/<member>` for the ring's own actions.
+    pub actor: String,
+    /// Why, in the actor's words. May be empty.
+    pub reason: String,
+}
+
+impl fmt::Display for Proposal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} by {}", self.command.action(), self.actor)
+    }
+}
+
+impl Proposal {
+    /// Checks everything about the proposal that does not depend on the state: names,
+    /// addresses, URLs, text lengths. Done before a proposal reaches the log, and again in
+    /// `apply` (a log may hold entries written by an older, laxer version).
+    pub fn validate(&self) -> Result<(), CommandError> {
+        require("actor", &self.actor, check_text)?;
+        if self.actor.is_empty() {
+            return Err(CommandError::invalid("actor", "", "must not be empty"));
+        }
+        require("reason", &self.reason, check_text)?;
+        self.command.validate()
+    }
+}
+
+/// Everything needed to register a member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberSpec {
+    /// Raft node id, never reused. Must not be 0.
+    pub id: NodeId,
+    /// DNS-1123 label, unique among current members.
+    pub name: String,
+    /// DNS-1123 label of the failure zone.
+    pub zone: String,
+    /// Peer (Raft) address, `host:port`.
+    pub address: String,
+    /// Admin API address, `host:port`.
+    pub admin_address: String,
+}
+
+impl MemberSpec {
+    /// Syntax checks.
+    pub fn validate(&self) -> Result<(), CommandError> {
+        if self.id == 0 {
+            return Err(CommandError::invalid(
+                "member id",
+                "0",
+                "must be at least 1",
+            ));
+        }
+        require("member name", &self.name, check_label)?;
+        require("zone", &self.zone, check_label)?;
+        require("member address", &self.address, check_address)?;
+        require("member admin address", &self.admin_address, check_address)?;
+        if self.address == self.admin_address {
+            return Err(CommandError::invalid(
+                "member admin address",
+                &self.admin_address,
+                "must differ from the peer address",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Everything needed to register a control plane.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlPlaneSpec {
+    /// DNS-1123 label, unique.
+    pub name: String,
+    /// Member name it belongs to and must never be hosted on.
+    pub home: Option<String>,
+    /// DNS name clients use.
+    pub dns_name: String,
+    /// Member name -> `host:port` the control plane answers on when hosted there.
+    pub endpoints: BTreeMap<String, String>,
+    /// Backup location URL.
+    pub backup: String,
+    /// Member name to host it on; `None` lets placement choose when the command is applied.
+    pub host: Option<String>,
+}
+
+impl ControlPlaneSpec {
+    /// Syntax checks.
+    pub fn validate(&self) -> Result<(), CommandError> {
+        require("control plane name", &self.name, check_label)?;
+        if let Some(home) = &self.home {
+            require("home member", home, check_label)?;
+        }
+        require("DNS name", &self.dns_name, check_dns_name)?;
+        if self.endpoints.is_empty() {
+            return Err(CommandError::invalid(
+                "endpoints",
+                "",
+                "at least one member=host:port endpoint is needed",
+            ));
+        }
+        if self.endpoints.len() > MAX_MEMBERS {
+            return Err(CommandError::Limit(format!(
+                "at most {MAX_MEMBERS} endpoints per control plane"
+            )));
+        }
+        for (member, endpoint) in &self.endpoints {
+            require("endpoint member", member, check_label)?;
+            require("endpoint", endpoint, check_address)?;
+        }
+        require("backup location", &self.backup, check_backup_url)?;
+        if let Some(host) = &self.host {
+            require("host member", host, check_label)?;
+            if !self.endpoints.contains_key(host) {
+                return Err(CommandError::invalid(
+                    "host member",
+                    host,
+                    "has no endpoint for this control plane",
+                ));
+            }
+            if self.home.as_ref() == Some(host) {
+                return Err(CommandError::invalid(
+                    "host member",
+                    host,
+                    "is the control plane's home; a control plane is never hosted at home",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What can be proposed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Registers the members that formed the ring (from the initial Raft membership). Applied
+    /// once; later identical bootstraps are no-ops, different ones are refused.
+    Bootstrap {
+        /// The initial members.
+        members: Vec<MemberSpec>,
+    },
+    /// Registers a new member; it joins Raft as a learner next.
+    AddMember(MemberSpec),
+    /// Records the operator's wish that a learner become a voter.
+    PromoteMember {
+        /// The member.
+        id: NodeId,
+    },
+    /// Deregisters a member and retires its id for good.
+    RemoveMember {
+        /// The member.
+        id: NodeId,
+    },
+    /// Records the leader's view of a member's health.
+    SetHealth {
+        /// The member.
+        id: NodeId,
+        /// Its health.
+        health: Health,
+    },
+    /// Registers a control plane (and places it when no host is given).
+    AddControlPlane(ControlPlaneSpec),
+    /// Deregisters a control plane.
+    RemoveControlPlane {
+        /// Its name.
+        name: String,
+    },
+    /// Pauses or resumes the ring's automatic actions.
+    SetPaused {
+        /// Paused or not.
+        paused: bool,
+    },
+}
+
+impl Command {
+    /// The action name used in history and logs.
+    pub fn action(&self) -> &'static str {
+        match self {
+            Command::Bootstrap { .. } => "ring.bootstrap",
+            Command::AddMember(_) => "member.add",
+            Command::PromoteMember { .. } => "member.promote",
+            Command::RemoveMember { .. } => "member.remove",
+            Command::SetHealth { .. } => "member.health",
+            Command::AddControlPlane(_) => "control-plane.add",
+            Command::RemoveControlPlane { .. } => "control-plane.remove",
+            Command::SetPaused { paused: true } => "ring.pause",
+            Command::SetPaused { paused: false } => "ring.resume",
+        }
+    }
+
+    /// Syntax checks (see [`Proposal::validate`]).
+    pub fn validate(&self) -> Result<(), CommandError> {
+        match self {
+            Command::Bootstrap { members } => {
+                if members.is_empty() {
+                    return Err(CommandError::invalid(
+                        "initial members",
+                        "",
+                        "at least one member is needed",
+                    ));
+                }
+                if members.len() > MAX_MEMBERS {
+                    return Err(CommandError::Limit(format!(
+                        "at most {MAX_MEMBERS} members"
+                    )));
+                }
+                members.iter().try_for_each(MemberSpec::validate)
+            }
+            Command::AddMember(spec) => spec.validate(),
+            Command::PromoteMember { id }
+            | Command::RemoveMember { id }
+            | Command::SetHealth { id, .. } => {
+                if *id == 0 {
+                    return Err(CommandError::invalid(
+                        "member id",
+                        "0",
+                        "must be at least 1",
+                    ));
+                }
+                Ok(())
+            }
+            Command::AddControlPlane(spec) => spec.validate(),
+            Command::RemoveControlPlane { name } => {
+                require("control plane name", name, check_label)
+            }
+            Command::SetPaused { .. } => Ok(()),
+        }
+    }
+}
+
+const _: () = assert!(MAX_TEXT_LEN < super::limits::MAX_PROPOSAL_BYTES);

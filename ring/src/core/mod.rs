@@ -1,0 +1,31 @@
+//! The deterministic core: the replicated state of a ring and the commands that change it.
+//!
+//! Nothing in here does I/O, reads a clock or draws random numbers. Time arrives inside each
+//! [`Proposal`](command::Proposal) (stamped by whoever proposed it), so applying the same log to
+//! the same state gives the same result on every member, every time. That property is what lets
+//! Raft replicate it and what lets tests drive it directly.
+//!
+//! The layers, each depending only on the ones above it:
+//! - [`limits`]: the bounds on everything (sizes, counts, lengths).
+//! - [`names`]: syntax checks for names, addresses, URLs and free text.
+//! - [`error`]: [`CommandError`](error::CommandError), why a command was refused.
+//! - [`command`]: what can be proposed.
+//! - [`state`]: [`RingState`](state::RingState) and its parts, plus `apply`.
+//! - [`placement`]: the pure choice of a host for a control plane.
+//! - [`history`]: the bounded record of who did what, when and why.
+
+pub mod command;
+pub mod error;
+pub mod history;
+pub mod limits;
+pub mod names;
+pub mod placement;
+pub mod state;
+
+pub use command::{Command, ControlPlaneSpec, MemberSpec, Proposal};
+pub use error::CommandError;
+pub use history::{Event, History};
+pub use state::{ControlPlane, Health, Member, Phase, RingSettings, RingState, Role};
+
+/// Raft node id of a member. Never reused within a ring.
+pub type NodeId = u64;

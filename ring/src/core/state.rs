@@ -1,0 +1,514 @@
+//! [`RingState`]: everything the ring agrees on, and [`RingState::apply`], the only way it
+//! changes.
+//!
+//! `apply` validates a command completely before it touches anything, so a refused command leaves
+//! the state exactly as it was. After every change [`RingState::check_invariants`] asserts the
+//! rules the rest of the system relies on (one host per control plane, never at home, epochs only
+//! grow, ids never reused).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::NodeId;
+use super::command::{Command, ControlPlaneSpec, MemberSpec, Proposal};
+use super::error::CommandError;
+use super::history::{Event, History};
+use super::limits::{MAX_CONTROL_PLANES, MAX_MEMBERS};
+use super::placement;
+
+/// A member's place in the Raft configuration, mirrored from committed membership entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Role {
+    /// Registered, not yet in the Raft configuration.
+    Joining,
+    /// Receives the log, does not vote.
+    Learner,
+    /// Votes and counts toward the quorum.
+    Voter,
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Role::Joining => "joining",
+            Role::Learner => "learner",
+            Role::Voter => "voter",
+        })
+    }
+}
+
+/// The leader's view of a member, as last committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Health {
+    /// Not judged yet (no leader has reported on it).
+    Unknown,
+    /// The leader has recent contact.
+    Healthy,
+    /// Contact is late.
+    Suspect,
+    /// No contact for longer than the loss threshold.
+    Lost,
+}
+
+impl fmt::Display for Health {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Health::Unknown => "unknown",
+            Health::Healthy => "healthy",
+            Health::Suspect => "suspect",
+            Health::Lost => "lost",
+        })
+    }
+}
+
+/// Where a control plane is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Phase {
+    /// No member could host it yet.
+    Pending,
+    /// Assigned to its host.
+    Running,
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Phase::Pending => "pending",
+            Phase::Running => "running",
+        })
+    }
+}
+
+/// A registered member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// Raft node id.
+    pub id: NodeId,
+    /// Unique name.
+    pub name: String,
+    /// Failure zone.
+    pub zone: String,
+    /// Peer (Raft) address.
+    pub address: String,
+    /// Admin API address.
+    pub admin_address: String,
+    /// Place in the Raft configuration.
+    pub role: Role,
+    /// Whether the operator asked for it to be a voter.
+    pub wants_voter: bool,
+    /// Health as last committed by the leader.
+    pub health: Health,
+}
+
+/// A registered control plane.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlPlane {
+    /// Unique name.
+    pub name: String,
+    /// Member it belongs to and must never be hosted on.
+    pub home: Option<String>,
+    /// DNS name clients use.
+    pub dns_name: String,
+    /// Member name -> endpoint when hosted there.
+    pub endpoints: BTreeMap<String, String>,
+    /// Backup location URL.
+    pub backup: String,
+    /// Member hosting it.
+    pub host: Option<String>,
+    /// Fencing token; bumped on every change of host.
+    pub epoch: u64,
+    /// Life-cycle phase.
+    pub phase: Phase,
+}
+
+/// Ring-wide settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RingSettings {
+    /// When set, the ring takes no automatic action (no failover); operator commands still work.
+    pub paused: bool,
+}
+
+/// The replicated state of a ring, version 1.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RingState {
+    /// Whether the initial members have been registered.
+    pub bootstrapped: bool,
+    /// Registered members by id.
+    pub members: BTreeMap<NodeId, Member>,
+    /// Ids of removed members; never accepted again.
+    pub retired_ids: BTreeSet<NodeId>,
+    /// Control planes by name.
+    pub control_planes: BTreeMap<String, ControlPlane>,
+    /// Ring-wide settings.
+    pub settings: RingSettings,
+    /// Who did what, when and why.
+    pub history: History,
+}
+
+impl RingState {
+    /// Looks a member up by name.
+    pub fn member_by_name(&self, name: &str) -> Option<&Member> {
+        self.members.values().find(|m| m.name == name)
+    }
+
+    /// Looks a member up by id (decimal) or by name.
+    pub fn member_by_ref(&self, reference: &str) -> Option<&Member> {
+        reference
+            .parse::<NodeId>()
+            .ok()
+            .and_then(|id| self.members.get(&id))
+            .or_else(|| self.member_by_name(reference))
+    }
+
+    /// Number of control planes hosted by the member named `name`.
+    pub fn hosted_count(&self, name: &str) -> usize {
+        self.control_planes
+            .values()
+            .filter(|cp| cp.host.as_deref() == Some(name))
+            .count()
+    }
+
+    /// Names of the control planes hosted by the member named `name`.
+    pub fn hosted_by(&self, name: &str) -> Vec<String> {
+        self.control_planes
+            .values()
+            .filter(|cp| cp.host.as_deref() == Some(name))
+            .map(|cp| cp.name.clone())
+            .collect()
+    }
+
+    /// Applies a committed proposal at log `index`. On error nothing changed.
+    pub fn apply(&mut self, index: u64, proposal: &Proposal) -> Result<(), CommandError> {
+        proposal.validate()?;
+        let subject = subject(self, &proposal.command);
+        let detail = match &proposal.command {
+            Command::Bootstrap { members } => match self.bootstrap(members)? {
+                Some(detail) => detail,
+                None => return Ok(()),
+            },
+            Command::AddMember(spec) => self.add_member(spec)?,
+            Command::PromoteMember { id } => self.promote_member(*id)?,
+            Command::RemoveMember { id } => self.remove_member(*id)?,
+            Command::SetHealth { id, health } => match self.set_health(*id, *health)? {
+                Some(detail) => detail,
+                None => return Ok(()),
+            },
+            Command::AddControlPlane(spec) => self.add_control_plane(spec)?,
+            Command::RemoveControlPlane { name } => self.remove_control_plane(name)?,
+            Command::SetPaused { paused } => {
+                self.settings.paused = *paused;
+                if *paused {
+                    "automatic actions paused".to_string()
+                } else {
+                    "automatic actions resumed".to_string()
+                }
+            }
+        };
+        self.history.push(Event {
+            index,
+            at_ms: proposal.at_ms,
+            actor: proposal.actor.clone(),
+            action: proposal.command.action().to_string(),
+            subject,
+            reason: proposal.reason.clone(),
+            detail,
+        });
+        self.check_invariants();
+        Ok(())
+    }
+
+    /// Mirrors a committed Raft membership: members in `voters` become voters, in `learners`
+    /// learners, all other registered members are joining.
+    pub fn apply_membership(&mut self, voters: &BTreeSet<NodeId>, learners: &BTreeSet<NodeId>) {
+        for member in self.members.values_mut() {
+            member.role = if voters.contains(&member.id) {
+                Role::Voter
+            } else if learners.contains(&member.id) {
+                Role::Learner
+            } else {
+                Role::Joining
+            };
+        }
+        self.check_invariants();
+    }
+
+    fn bootstrap(&mut self, members: &[MemberSpec]) -> Result<Option<String>, CommandError> {
+        if self.bootstrapped {
+            let same = members.len() == self.members.len()
+                && members.iter().all(|spec| {
+                    self.members
+                        .get(&spec.id)
+                        .is_some_and(|m| m.name == spec.name && m.zone == spec.zone)
+                });
+            return if same {
+                Ok(None)
+            } else {
+                Err(CommandError::Refused(
+                    "the ring is already bootstrapped with other members".into(),
+                ))
+            };
+        }
+        let mut seen_ids = BTreeSet::new();
+        let mut seen_names = BTreeMap::new();
+        for spec in members {
+            if !seen_ids.insert(spec.id) {
+                return Err(CommandError::DuplicateMemberId(spec.id));
+            }
+            if let Some(id) = seen_names.insert(spec.name.as_str(), spec.id) {
+                return Err(CommandError::DuplicateMemberName {
+                    name: spec.name.clone(),
+                    id,
+                });
+            }
+        }
+        for spec in members {
+            self.members
+                .insert(spec.id, new_member(spec, Role::Voter, true));
+        }
+        self.bootstrapped = true;
+        let names: Vec<_> = members
+            .iter()
+            .map(|m| format!("{}({})", m.name, m.id))
+            .collect();
+        Ok(Some(format!("ring formed by {}", names.join(", "))))
+    }
+
+    fn add_member(&mut self, spec: &MemberSpec) -> Result<String, CommandError> {
+        if self.retired_ids.contains(&spec.id) {
+            return Err(CommandError::RetiredMemberId(spec.id));
+        }
+        if self.members.contains_key(&spec.id) {
+            return Err(CommandError::DuplicateMemberId(spec.id));
+        }
+        if let Some(other) = self.member_by_name(&spec.name) {
+            return Err(CommandError::DuplicateMemberName {
+                name: spec.name.clone(),
+                id: other.id,
+            });
+        }
+        if let Some(other) = self
+            .members
+            .values()
+            .find(|m| m.address == spec.address || m.admin_address == spec.admin_address)
+        {
+            return Err(CommandError::Refused(format!(
+                "member {} ({}) already uses address {} / {}",
+                other.name, other.id, other.address, other.admin_address
+            )));
+        }
+        if self.members.len() >= MAX_MEMBERS {
+            return Err(CommandError::Limit(format!(
+                "at most {MAX_MEMBERS} members"
+            )));
+        }
+        self.members
+            .insert(spec.id, new_member(spec, Role::Joining, false));
+        Ok(format!(
+            "id {} zone {} peer {} admin {}",
+            spec.id, spec.zone, spec.address, spec.admin_address
+        ))
+    }
+
+    fn promote_member(&mut self, id: NodeId) -> Result<String, CommandError> {
+        let member = self
+            .members
+            .get_mut(&id)
+            .ok_or_else(|| CommandError::UnknownMember(id.to_string()))?;
+        if member.role == Role::Joining {
+            return Err(CommandError::Refused(format!(
+                "member {} ({id}) has not joined as a learner yet; it can be promoted once it has",
+                member.name
+            )));
+        }
+        member.wants_voter = true;
+        Ok("to become a voter".into())
+    }
+
+    fn remove_member(&mut self, id: NodeId) -> Result<String, CommandError> {
+        let member = self
+            .members
+            .get(&id)
+            .ok_or_else(|| CommandError::UnknownMember(id.to_string()))?;
+        let hosted = self.hosted_by(&member.name);
+        if !hosted.is_empty() {
+            return Err(CommandError::Refused(format!(
+                "member {} ({id}) hosts control planes {}; move them first",
+                member.name,
+                hosted.join(", ")
+            )));
+        }
+        let voters = self
+            .members
+            .values()
+            .filter(|m| m.role == Role::Voter || m.wants_voter)
+            .count();
+        if member.role == Role::Voter && voters <= 1 {
+            return Err(CommandError::Refused(format!(
+                "member {} ({id}) is the last voter; a ring cannot remove its last voter",
+                member.name
+            )));
+        }
+        let name = member.name.clone();
+        self.members.remove(&id);
+        self.retired_ids.insert(id);
+        Ok(format!("{name} ({id}) removed; id {id} retired for good"))
+    }
+
+    fn set_health(&mut self, id: NodeId, health: Health) -> Result<Option<String>, CommandError> {
+        let member = self
+            .members
+            .get_mut(&id)
+            .ok_or_else(|| CommandError::UnknownMember(id.to_string()))?;
+        if member.health == health {
+            return Ok(None);
+        }
+        let detail = format!("{} -> {}", member.health, health);
+        member.health = health;
+        Ok(Some(detail))
+    }
+
+    fn add_control_plane(&mut self, spec: &ControlPlaneSpec) -> Result<String, CommandError> {
+        if self.control_planes.contains_key(&spec.name) {
+            return Err(CommandError::DuplicateControlPlane(spec.name.clone()));
+        }
+        if self.control_planes.len() >= MAX_CONTROL_PLANES {
+            return Err(CommandError::Limit(format!(
+                "at most {MAX_CONTROL_PLANES} control planes"
+            )));
+        }
+        if let Some(other) = self
+            .control_planes
+            .values()
+            .find(|cp| cp.dns_name == spec.dns_name)
+        {
+            return Err(CommandError::DuplicateDnsName {
+                dns_name: spec.dns_name.clone(),
+                control_plane: other.name.clone(),
+            });
+        }
+        if let Some(home) = &spec.home {
+            if self.member_by_name(home).is_none() {
+                return Err(CommandError::UnknownMember(home.clone()));
+            }
+        }
+        for member in spec.endpoints.keys() {
+            if self.member_by_name(member).is_none() {
+                return Err(CommandError::UnknownMember(member.clone()));
+            }
+        }
+        let host = match &spec.host {
+            Some(host) => Some(host.clone()),
+            None => placement::choose_host(self, spec),
+        };
+        let (epoch, phase) = match host {
+            Some(_) => (1, Phase::Running),
+            None => (0, Phase::Pending),
+        };
+        let detail = match &host {
+            Some(h) => format!("dns {} hosted on {h} at epoch {epoch}", spec.dns_name),
+            None => format!("dns {} pending: no eligible member", spec.dns_name),
+        };
+        self.control_planes.insert(
+            spec.name.clone(),
+            ControlPlane {
+                name: spec.name.clone(),
+                home: spec.home.clone(),
+                dns_name: spec.dns_name.clone(),
+                endpoints: spec.endpoints.clone(),
+                backup: spec.backup.clone(),
+                host,
+                epoch,
+                phase,
+            },
+        );
+        Ok(detail)
+    }
+
+    fn remove_control_plane(&mut self, name: &str) -> Result<String, CommandError> {
+        let cp = self
+            .control_planes
+            .remove(name)
+            .ok_or_else(|| CommandError::UnknownControlPlane(name.to_string()))?;
+        Ok(format!(
+            "was on {} at epoch {}",
+            cp.host.as_deref().unwrap_or("no host"),
+            cp.epoch
+        ))
+    }
+
+    /// Asserts the invariants of the state. A violation is a bug in `apply`, never bad input,
+    /// so it panics rather than returning an error.
+    pub fn check_invariants(&self) {
+        let mut names = BTreeSet::new();
+        for (id, member) in &self.members {
+            assert_eq!(*id, member.id, "member keyed under the wrong id");
+            assert!(
+                !self.retired_ids.contains(id),
+                "retired id {id} is registered again"
+            );
+            assert!(
+                names.insert(&member.name),
+                "member name {} twice",
+                member.name
+            );
+        }
+        let mut dns_names = BTreeSet::new();
+        for (name, cp) in &self.control_planes {
+            assert_eq!(*name, cp.name, "control plane keyed under the wrong name");
+            assert!(
+                dns_names.insert(&cp.dns_name),
+                "DNS name {} twice",
+                cp.dns_name
+            );
+            match (&cp.host, cp.phase) {
+                (Some(host), Phase::Running) => {
+                    assert!(cp.epoch >= 1, "{name} hosted at epoch 0");
+                    assert_ne!(cp.home.as_ref(), Some(host), "{name} hosted at home");
+                    assert!(
+                        cp.endpoints.contains_key(host),
+                        "{name} hosted without endpoint"
+                    );
+                }
+                (None, Phase::Pending) => {}
+                (host, phase) => panic!("{name} has host {host:?} in phase {phase}"),
+            }
+        }
+    }
+}
+
+fn new_member(spec: &MemberSpec, role: Role, wants_voter: bool) -> Member {
+    Member {
+        id: spec.id,
+        name: spec.name.clone(),
+        zone: spec.zone.clone(),
+        address: spec.address.clone(),
+        admin_address: spec.admin_address.clone(),
+        role,
+        wants_voter,
+        health: Health::Unknown,
+    }
+}
+
+fn subject(state: &RingState, command: &Command) -> String {
+    let member_name = |id: &NodeId| {
+        state
+            .members
+            .get(id)
+            .map(|m| format!("{}({id})", m.name))
+            .unwrap_or_else(|| format!("member {id}"))
+    };
+    match command {
+        Command::Bootstrap { .. } | Command::SetPaused { .. } => "ring".into(),
+        Command::AddMember(spec) => format!("{}({})", spec.name, spec.id),
+        Command::PromoteMember { id }
+        | Command::RemoveMember { id }
+        | Command::SetHealth { id, .. } => member_name(id),
+        Command::AddControlPlane(spec) => spec.name.clone(),
+        Command::RemoveControlPlane { name } => name.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,35 @@
+//! # garden-ring
+//!
+//! A self-healing coordinator for a ring of Gardener garden clusters spread across zones.
+//!
+//! Three (or five) peer daemons, `ringd`, one per zone, form a Raft group. The replicated state
+//! records the members, which member hosts which control plane (with an epoch that fences stale
+//! hosts), and the history of every change. `ringctl` drives it through the Admin gRPC API.
+//!
+//! The crate is layered; dependencies point down only:
+//!
+//! | module | what | I/O? |
+//! | --- | --- | --- |
+//! | [`core`] | replicated state, commands, validation, placement | none: deterministic |
+//! | [`raft`] | openraft glue: type config, redb storage, peer network and service | disk, network |
+//! | [`admin`] | the Admin gRPC service and its client | network |
+//! | [`config`] | `ringd`'s TOML configuration | reads one file |
+//! | [`node`] | assembles one member: storage, Raft, servers, background loops | all of the above |
+//! | [`demo`] | `ringctl demo`: a local ring of child `ringd` processes | processes |
+//!
+//! See `ARCHITECTURE.md` at the repository root for the map.
+#![deny(missing_docs)]
+
+pub mod admin;
+pub mod config;
+pub mod core;
+pub mod demo;
+pub mod node;
+pub mod raft;
+pub mod time;
+
+/// Generated gRPC code for package `gardenring.v1` (see `proto/`).
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod pb {
+    tonic::include_proto!("gardenring.v1");
+}

@@ -1,0 +1,27 @@
+//! openraft glue: everything Raft needs from us, and nothing else.
+//!
+//! - [`types`]: the openraft type configuration ([`TypeConfig`]) and the node record kept in the
+//!   Raft membership ([`MemberNode`]).
+//! - [`codec`]: how log entries, snapshots and peer messages are encoded.
+//! - [`log_store`]: the Raft log, vote and committed index in redb; every acknowledged write is
+//!   fsynced first.
+//! - [`state_machine`]: applies committed entries to [`RingState`](crate::core::RingState);
+//!   builds, stores and installs snapshots.
+//! - [`network`]: the client side of the peer protocol (one cached gRPC channel per peer).
+//! - [`service`]: the server side of the peer protocol.
+//! - [`storage`]: opening the data directory (one redb file) and its identity checks.
+
+pub mod codec;
+pub mod log_store;
+pub mod network;
+pub mod service;
+pub mod state_machine;
+pub mod storage;
+pub mod types;
+
+pub use log_store::LogStore;
+pub use state_machine::StateMachineStore;
+pub use types::{MemberNode, NodeId, RaftNode, TypeConfig};
+
+#[cfg(test)]
+mod suite_test;

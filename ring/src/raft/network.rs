@@ -1,0 +1,324 @@
+//! The client side of the peer protocol: how this member's Raft reaches the others.
+//!
+//! One lazily-connected gRPC channel is cached per peer (by node id and address) and reused by
+//! every RPC and replication stream to it; tonic reconnects it when the connection drops.
+//! A peer that cannot be reached is reported to openraft as [`Unreachable`], which makes openraft
+//! back off (see [`RaftNetworkV2::backoff`]), and it is logged once when it becomes unreachable and
+//! once when it comes back, not on every failed heartbeat.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::OptionalSend;
+use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::{Backoff, RPCOption, RaftNetworkFactory, RaftNetworkV2};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tonic::transport::{Channel, Endpoint};
+
+use super::codec::{CODEC_VERSION, decode, encode};
+use super::types::{MemberNode, NodeId, SnapshotData, TypeConfig, Vote};
+use crate::pb;
+use crate::pb::raft_client::RaftClient;
+
+/// Largest message the peer protocol sends or accepts (a big append batch), in bytes.
+pub const MAX_PEER_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+/// Size of the chunks a snapshot is streamed in, in bytes.
+pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
+/// How long to wait for a TCP connection to a peer.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Shared per-peer state: channels and reachability.
+#[derive(Default)]
+pub struct PeerPool {
+    channels: Mutex<HashMap<NodeId, (String, Channel)>>,
+    unreachable: Mutex<HashMap<NodeId, String>>,
+}
+
+impl PeerPool {
+    fn channel(&self, target: NodeId, address: &str) -> Result<Channel, tonic::transport::Error> {
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((cached_addr, channel)) = channels.get(&target) {
+            if cached_addr == address {
+                return Ok(channel.clone());
+            }
+        }
+        let channel = Endpoint::from_shared(format!("http://{address}"))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_timeout(Duration::from_secs(5))
+            .connect_lazy();
+        channels.insert(target, (address.to_string(), channel.clone()));
+        Ok(channel)
+    }
+
+    fn mark_reachable(&self, target: NodeId, node: &MemberNode) {
+        let mut unreachable = self.unreachable.lock().unwrap_or_else(|e| e.into_inner());
+        if unreachable.remove(&target).is_some() {
+            tracing::info!(peer = target, name = %node.name, address = %node.address, "peer reachable again");
+        }
+    }
+
+    fn mark_unreachable(&self, target: NodeId, node: &MemberNode, why: &str) {
+        let mut unreachable = self.unreachable.lock().unwrap_or_else(|e| e.into_inner());
+        if !unreachable.contains_key(&target) {
+            tracing::warn!(peer = target, name = %node.name, address = %node.address, error = %why, "peer unreachable");
+            unreachable.insert(target, why.to_string());
+        }
+    }
+
+    /// Peers currently unreachable, with the last error seen.
+    pub fn unreachable(&self) -> HashMap<NodeId, String> {
+        self.unreachable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// Creates [`PeerClient`]s for openraft.
+#[derive(Clone)]
+pub struct PeerNetwork {
+    me: NodeId,
+    pool: Arc<PeerPool>,
+}
+
+impl PeerNetwork {
+    /// The network of member `me`.
+    pub fn new(me: NodeId, pool: Arc<PeerPool>) -> Self {
+        Self { me, pool }
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &MemberNode) -> PeerClient {
+        PeerClient {
+            me: self.me,
+            target,
+            node: node.clone(),
+            pool: self.pool.clone(),
+        }
+    }
+}
+
+/// Raft RPCs to one peer.
+pub struct PeerClient {
+    me: NodeId,
+    target: NodeId,
+    node: MemberNode,
+    pool: Arc<PeerPool>,
+}
+
+/// How a failed call is reported to openraft.
+enum CallError {
+    Unreachable(String),
+    Network(String),
+}
+
+impl CallError {
+    fn into_rpc(self) -> RPCError<TypeConfig> {
+        match self {
+            CallError::Unreachable(m) => RPCError::Unreachable(Unreachable::from_string(m)),
+            CallError::Network(m) => RPCError::Network(NetworkError::from_string(m)),
+        }
+    }
+
+    fn into_streaming(self) -> StreamingError<TypeConfig> {
+        match self {
+            CallError::Unreachable(m) => StreamingError::Unreachable(Unreachable::from_string(m)),
+            CallError::Network(m) => StreamingError::Network(NetworkError::from_string(m)),
+        }
+    }
+}
+
+fn classify(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+    )
+}
+
+impl PeerClient {
+    fn client(&self) -> Result<RaftClient<Channel>, CallError> {
+        let channel = self
+            .pool
+            .channel(self.target, &self.node.address)
+            .map_err(|e| {
+                CallError::Unreachable(format!("bad peer address {}: {e}", self.node.address))
+            })?;
+        Ok(RaftClient::new(channel)
+            .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES))
+    }
+
+    fn message<T: Serialize>(
+        &self,
+        what: &'static str,
+        value: &T,
+    ) -> Result<pb::RaftMessage, CallError> {
+        let payload = encode(what, value).map_err(|e| CallError::Network(e.to_string()))?;
+        Ok(pb::RaftMessage {
+            from: self.me,
+            to: self.target,
+            codec: CODEC_VERSION,
+            payload,
+        })
+    }
+
+    fn outcome<T>(
+        &self,
+        result: Result<tonic::Response<pb::RaftMessage>, tonic::Status>,
+        what: &'static str,
+    ) -> Result<T, CallError>
+    where
+        T: DeserializeOwned,
+    {
+        match result {
+            Ok(resp) => {
+                self.pool.mark_reachable(self.target, &self.node);
+                let msg = resp.into_inner();
+                if msg.codec != CODEC_VERSION {
+                    return Err(CallError::Network(format!(
+                        "peer {} answered with codec {} (we speak {CODEC_VERSION})",
+                        self.target, msg.codec
+                    )));
+                }
+                decode(what, &msg.payload).map_err(|e| CallError::Network(e.to_string()))
+            }
+            Err(status) if classify(&status) => {
+                let why = status.message().to_string();
+                self.pool.mark_unreachable(self.target, &self.node, &why);
+                Err(CallError::Unreachable(why))
+            }
+            Err(status) => Err(CallError::Network(format!(
+                "peer {} ({}): {}: {}",
+                self.target,
+                self.node.address,
+                status.code(),
+                status.message()
+            ))),
+        }
+    }
+
+    fn request<T>(msg: T, option: &RPCOption) -> tonic::Request<T> {
+        let mut req = tonic::Request::new(msg);
+        req.set_timeout(option.hard_ttl());
+        req
+    }
+}
+
+impl RaftNetworkV2<TypeConfig> for PeerClient {
+    type SnapshotData = SnapshotData;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let msg = self
+            .message("append-entries request", &rpc)
+            .map_err(CallError::into_rpc)?;
+        let mut client = self.client().map_err(CallError::into_rpc)?;
+        let result = client.append_entries(Self::request(msg, &option)).await;
+        self.outcome(result, "append-entries response")
+            .map_err(CallError::into_rpc)
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let msg = self
+            .message("vote request", &rpc)
+            .map_err(CallError::into_rpc)?;
+        let mut client = self.client().map_err(CallError::into_rpc)?;
+        let result = client.vote(Self::request(msg, &option)).await;
+        self.outcome(result, "vote response")
+            .map_err(CallError::into_rpc)
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let msg = self
+            .message("pre-vote request", &rpc)
+            .map_err(CallError::into_rpc)?;
+        let mut client = self.client().map_err(CallError::into_rpc)?;
+        let result = client.pre_vote(Self::request(msg, &option)).await;
+        self.outcome(result, "pre-vote response")
+            .map_err(CallError::into_rpc)
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: openraft::alias::SnapshotOf<TypeConfig, SnapshotData>,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let meta = encode("snapshot header", &(&vote, &snapshot.meta))
+            .map_err(|e| CallError::Network(e.to_string()).into_streaming())?;
+        let header = pb::SnapshotChunk {
+            item: Some(pb::snapshot_chunk::Item::Header(pb::SnapshotHeader {
+                from: self.me,
+                to: self.target,
+                codec: CODEC_VERSION,
+                meta,
+                total_bytes: snapshot.snapshot.len() as u64,
+            })),
+        };
+        let data = snapshot.snapshot;
+        let chunks: Vec<pb::SnapshotChunk> = data
+            .chunks(SNAPSHOT_CHUNK_BYTES)
+            .map(|c| pb::SnapshotChunk {
+                item: Some(pb::snapshot_chunk::Item::Data(c.to_vec())),
+            })
+            .collect();
+        let stream = futures::stream::iter(std::iter::once(header).chain(chunks));
+        let mut client = self.client().map_err(CallError::into_streaming)?;
+        let mut req = tonic::Request::new(stream);
+        req.set_timeout(option.hard_ttl());
+        let send = client.install_snapshot(req);
+        let result = tokio::select! {
+            result = send => result,
+            closed = cancel => return Err(StreamingError::Closed(closed)),
+        };
+        let vote: Vote = self
+            .outcome(result, "snapshot response")
+            .map_err(CallError::into_streaming)?;
+        Ok(SnapshotResponse { vote })
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        req: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let msg = self
+            .message("transfer-leader request", &req)
+            .map_err(CallError::into_rpc)?;
+        let mut client = self.client().map_err(CallError::into_rpc)?;
+        let result = client.transfer_leader(Self::request(msg, &option)).await;
+        self.outcome(result, "transfer-leader response")
+            .map_err(CallError::into_rpc)
+    }
+
+    fn backoff(&self) -> Option<Backoff> {
+        // 50 ms, doubling to a 2 s ceiling: fast when a peer restarts, quiet when it is gone.
+        let steps = (0..)
+            .map(|i: u32| Duration::from_millis(50u64.saturating_mul(1 << i.min(5)).min(2_000)));
+        Some(Backoff::new(steps))
+    }
+}

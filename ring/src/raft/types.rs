@@ -1,0 +1,56 @@
+//! The openraft type configuration.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::{CommandError, Proposal};
+
+pub use crate::core::NodeId;
+
+/// What the Raft membership records about each member: enough to reach it and to register it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberNode {
+    /// Member name.
+    pub name: String,
+    /// Failure zone.
+    pub zone: String,
+    /// Peer (Raft) address, `host:port`.
+    pub address: String,
+    /// Admin API address, `host:port`.
+    pub admin_address: String,
+}
+
+impl fmt::Display for MemberNode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.name, self.address)
+    }
+}
+
+/// The result of applying one proposal: refused commands are committed but change nothing.
+pub type ApplyResult = Result<(), CommandError>;
+
+openraft::declare_raft_types!(
+    /// Type configuration of the ring's Raft group.
+    pub TypeConfig:
+        D = Proposal,
+        R = ApplyResult,
+        Node = MemberNode,
+);
+
+/// Data of a state-machine snapshot: the encoded [`SnapshotBody`](super::state_machine::SnapshotBody).
+pub type SnapshotData = Vec<u8>;
+
+/// A running Raft node of this ring.
+pub type RaftNode = openraft::Raft<TypeConfig, super::StateMachineStore>;
+
+/// openraft's log entry for this ring.
+pub type Entry = openraft::alias::EntryOf<TypeConfig>;
+/// openraft's log id.
+pub type LogId = openraft::alias::LogIdOf<TypeConfig>;
+/// openraft's vote.
+pub type Vote = openraft::alias::VoteOf<TypeConfig>;
+/// openraft's snapshot metadata.
+pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
+/// openraft's stored membership.
+pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;

@@ -1,0 +1,1 @@
+//! Harness for integration tests that start real `ringd` processes.
