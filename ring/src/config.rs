@@ -1,1 +1,514 @@
-//! placeholder
+//! `ringd`'s configuration: one TOML file, every field documented in
+//! `deploy/examples/ringd.toml`, unknown fields refused (a typo must not silently fall back to
+//! a default). Command-line flags may override a few fields; validation runs after overrides.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::names::{check_address, check_label};
+use crate::core::{MemberSpec, NodeId};
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or does not match the schema.
+    #[error("config file {path} is not valid: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, with line and column.
+        message: String,
+    },
+    /// A field has a value that cannot work.
+    #[error("config {field}: {why}")]
+    Invalid {
+        /// The field.
+        field: String,
+        /// Why.
+        why: String,
+    },
+}
+
+fn invalid(field: impl Into<String>, why: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        why: why.into(),
+    }
+}
+
+/// One member of the ring as named in `initial_members`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InitialMember {
+    /// Raft node id.
+    pub id: NodeId,
+    /// Member name.
+    pub name: String,
+    /// Failure zone.
+    pub zone: String,
+    /// Peer (Raft) address other members use.
+    pub address: String,
+    /// Admin API address.
+    pub admin_address: String,
+}
+
+impl From<&InitialMember> for MemberSpec {
+    fn from(m: &InitialMember) -> Self {
+        MemberSpec {
+            id: m.id,
+            name: m.name.clone(),
+            zone: m.zone.clone(),
+            address: m.address.clone(),
+            admin_address: m.admin_address.clone(),
+        }
+    }
+}
+
+/// Raft and failure-detection timings, in milliseconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timing {
+    /// Leader heartbeat interval.
+    pub heartbeat_ms: u64,
+    /// Lower bound of the randomized election timeout.
+    pub election_timeout_min_ms: u64,
+    /// Upper bound of the randomized election timeout.
+    pub election_timeout_max_ms: u64,
+    /// A member the leader has not heard from for this long is `suspect`.
+    pub member_suspect_ms: u64,
+    /// A member the leader has not heard from for this long is `lost`.
+    pub member_lost_ms: u64,
+}
+
+impl Default for Timing {
+    /// Timings for members in separate zones (see DESIGN.md).
+    fn default() -> Self {
+        Self {
+            heartbeat_ms: 250,
+            election_timeout_min_ms: 1_000,
+            election_timeout_max_ms: 2_000,
+            member_suspect_ms: 4_000,
+            member_lost_ms: 8_000,
+        }
+    }
+}
+
+impl Timing {
+    /// Timings for a ring on one machine (tests, the demo).
+    pub fn loopback() -> Self {
+        Self {
+            heartbeat_ms: 50,
+            election_timeout_min_ms: 150,
+            election_timeout_max_ms: 300,
+            member_suspect_ms: 1_000,
+            member_lost_ms: 2_000,
+        }
+    }
+}
+
+/// Snapshot and log-compaction settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SnapshotSettings {
+    /// Build a state-machine snapshot after this many new log entries.
+    pub every_entries: u64,
+    /// Log entries kept behind a snapshot, so slightly lagging followers need no snapshot.
+    pub keep_entries: u64,
+}
+
+impl Default for SnapshotSettings {
+    fn default() -> Self {
+        Self {
+            every_entries: 5_000,
+            keep_entries: 1_000,
+        }
+    }
+}
+
+/// Log output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSettings {
+    /// A tracing filter, e.g. `info` or `info,garden_ring=debug`.
+    pub level: String,
+    /// `text` or `json`.
+    pub format: LogFormat,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        Self {
+            level: "info,openraft=warn".into(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The whole configuration of one `ringd`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Raft node id of this member; never reused in the ring.
+    pub id: NodeId,
+    /// Member name (DNS-1123 label).
+    pub name: String,
+    /// Failure zone (DNS-1123 label).
+    pub zone: String,
+    /// Directory for the Raft log, vote and snapshots.
+    pub data_dir: PathBuf,
+    /// Address the peer (Raft) service binds.
+    pub listen_peer: SocketAddr,
+    /// Address the Admin service binds.
+    pub listen_admin: SocketAddr,
+    /// Peer address other members use; defaults to `listen_peer`.
+    #[serde(default)]
+    pub advertise_peer: Option<String>,
+    /// Admin address clients and members use; defaults to `listen_admin`.
+    #[serde(default)]
+    pub advertise_admin: Option<String>,
+    /// The members that form the ring on first start (like etcd's `--initial-cluster`). Ignored
+    /// once the data directory holds a ring. Empty for a member that joins with
+    /// `ringctl member add`.
+    #[serde(default)]
+    pub initial_members: Vec<InitialMember>,
+    /// Timings.
+    #[serde(default)]
+    pub timing: Timing,
+    /// Snapshots.
+    #[serde(default)]
+    pub snapshot: SnapshotSettings,
+    /// Logging.
+    #[serde(default)]
+    pub log: LogSettings,
+}
+
+impl Config {
+    /// Reads and parses `path` (without validating; see [`Config::validate`]).
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parses TOML text; `path` only names it in errors.
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().replace('\n', " "),
+        })
+    }
+
+    /// Renders the configuration as TOML.
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("a config always serializes")
+    }
+
+    /// Peer address to advertise.
+    pub fn peer_address(&self) -> String {
+        self.advertise_peer
+            .clone()
+            .unwrap_or_else(|| self.listen_peer.to_string())
+    }
+
+    /// Admin address to advertise.
+    pub fn admin_address(&self) -> String {
+        self.advertise_admin
+            .clone()
+            .unwrap_or_else(|| self.listen_admin.to_string())
+    }
+
+    /// This member as a [`MemberSpec`].
+    pub fn member_spec(&self) -> MemberSpec {
+        MemberSpec {
+            id: self.id,
+            name: self.name.clone(),
+            zone: self.zone.clone(),
+            address: self.peer_address(),
+            admin_address: self.admin_address(),
+        }
+    }
+
+    /// Checks that the configuration can work; the first problem found is returned.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.id == 0 {
+            return Err(invalid("id", "must be at least 1"));
+        }
+        check_label(&self.name).map_err(|why| invalid("name", format!("{:?} {why}", self.name)))?;
+        check_label(&self.zone).map_err(|why| invalid("zone", format!("{:?} {why}", self.zone)))?;
+        if self.data_dir.as_os_str().is_empty() {
+            return Err(invalid("data_dir", "must not be empty"));
+        }
+        if self.listen_peer == self.listen_admin {
+            return Err(invalid("listen_admin", "must differ from listen_peer"));
+        }
+        for (field, listen, advertise) in [
+            ("advertise_peer", self.listen_peer, &self.advertise_peer),
+            ("advertise_admin", self.listen_admin, &self.advertise_admin),
+        ] {
+            match advertise {
+                Some(a) => {
+                    check_address(a).map_err(|why| invalid(field, format!("{a:?} {why}")))?
+                }
+                None if listen.ip().is_unspecified() => {
+                    return Err(invalid(
+                        field,
+                        format!(
+                            "must be set when listening on {listen} (other members cannot dial an unspecified address)"
+                        ),
+                    ));
+                }
+                None => {}
+            }
+        }
+        self.validate_timing()?;
+        self.validate_initial_members()?;
+        if self.snapshot.every_entries == 0 {
+            return Err(invalid("snapshot.every_entries", "must be at least 1"));
+        }
+        self.log
+            .level
+            .parse::<tracing_subscriber::EnvFilter>()
+            .map_err(|e| invalid("log.level", format!("{:?}: {e}", self.log.level)))?;
+        Ok(())
+    }
+
+    fn validate_timing(&self) -> Result<(), ConfigError> {
+        let t = &self.timing;
+        if t.heartbeat_ms == 0 {
+            return Err(invalid("timing.heartbeat_ms", "must be at least 1"));
+        }
+        if t.election_timeout_min_ms < 3 * t.heartbeat_ms {
+            return Err(invalid(
+                "timing.election_timeout_min_ms",
+                format!(
+                    "{} must be at least 3 x heartbeat_ms ({}), or followers start elections between heartbeats",
+                    t.election_timeout_min_ms, t.heartbeat_ms
+                ),
+            ));
+        }
+        if t.election_timeout_max_ms <= t.election_timeout_min_ms {
+            return Err(invalid(
+                "timing.election_timeout_max_ms",
+                "must be greater than election_timeout_min_ms (the randomized range avoids split votes)",
+            ));
+        }
+        if t.member_suspect_ms < t.election_timeout_max_ms {
+            return Err(invalid(
+                "timing.member_suspect_ms",
+                "must be at least election_timeout_max_ms",
+            ));
+        }
+        if t.member_lost_ms <= t.member_suspect_ms {
+            return Err(invalid(
+                "timing.member_lost_ms",
+                "must be greater than member_suspect_ms",
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_initial_members(&self) -> Result<(), ConfigError> {
+        if self.initial_members.is_empty() {
+            return Ok(());
+        }
+        let mut ids = BTreeSet::new();
+        let mut names = BTreeSet::new();
+        for (i, m) in self.initial_members.iter().enumerate() {
+            let field = format!("initial_members[{i}]");
+            MemberSpec::from(m)
+                .validate()
+                .map_err(|e| invalid(&field, e.to_string()))?;
+            if !ids.insert(m.id) {
+                return Err(invalid(&field, format!("member id {} appears twice", m.id)));
+            }
+            if !names.insert(m.name.as_str()) {
+                return Err(invalid(
+                    &field,
+                    format!("member name {:?} appears twice", m.name),
+                ));
+            }
+        }
+        let me = self
+            .initial_members
+            .iter()
+            .find(|m| m.id == self.id)
+            .ok_or_else(|| {
+                invalid(
+                    "initial_members",
+                    format!(
+                        "does not list this member (id {}); list every founding member, this one included, or leave it empty to join an existing ring",
+                        self.id
+                    ),
+                )
+            })?;
+        let mine = self.member_spec();
+        if me.name != mine.name
+            || me.zone != mine.zone
+            || me.address != mine.address
+            || me.admin_address != mine.admin_address
+        {
+            return Err(invalid(
+                "initial_members",
+                format!(
+                    "the entry for id {} ({} {} {} {}) does not match this member's name, zone and advertised addresses ({} {} {} {})",
+                    me.id,
+                    me.name,
+                    me.zone,
+                    me.address,
+                    me.admin_address,
+                    mine.name,
+                    mine.zone,
+                    mine.address,
+                    mine.admin_address
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+id = 1
+name = "a"
+zone = "zone-a"
+data_dir = "/tmp/ring-a"
+listen_peer = "127.0.0.1:7401"
+listen_admin = "127.0.0.1:7400"
+
+[[initial_members]]
+id = 1
+name = "a"
+zone = "zone-a"
+address = "127.0.0.1:7401"
+admin_address = "127.0.0.1:7400"
+
+[[initial_members]]
+id = 2
+name = "b"
+zone = "zone-b"
+address = "127.0.0.1:7411"
+admin_address = "127.0.0.1:7410"
+
+[timing]
+heartbeat_ms = 50
+election_timeout_min_ms = 150
+election_timeout_max_ms = 300
+member_suspect_ms = 1000
+member_lost_ms = 2000
+"#;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        let c = Config::parse(Path::new("test.toml"), text)?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    #[test]
+    fn good_config_parses_and_round_trips() {
+        let c = parse(GOOD).unwrap();
+        assert_eq!(c.initial_members.len(), 2);
+        assert_eq!(c.snapshot, SnapshotSettings::default());
+        let again = parse(&c.to_toml()).unwrap();
+        assert_eq!(again, c);
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let cases = [
+            (GOOD.replace("id = 1\nname", "id = 0\nname"), "id"),
+            (
+                GOOD.replace(
+                    "name = \"a\"\nzone = \"zone-a\"\ndata",
+                    "name = \"A\"\nzone = \"zone-a\"\ndata",
+                ),
+                "name",
+            ),
+            (
+                GOOD.replace(
+                    "listen_admin = \"127.0.0.1:7400\"",
+                    "listen_admin = \"127.0.0.1:7401\"",
+                ),
+                "listen_admin",
+            ),
+            (
+                GOOD.replace(
+                    "listen_peer = \"127.0.0.1:7401\"",
+                    "listen_peer = \"0.0.0.0:7401\"",
+                ),
+                "advertise_peer",
+            ),
+            (
+                GOOD.replace(
+                    "election_timeout_min_ms = 150",
+                    "election_timeout_min_ms = 100",
+                ),
+                "timing.election_timeout_min_ms",
+            ),
+            (GOOD.replace("id = 2", "id = 1"), "initial_members[1]"),
+            (
+                GOOD.replace("name = \"b\"", "name = \"a\""),
+                "initial_members[1]",
+            ),
+            (
+                GOOD.replace("address = \"127.0.0.1:7411\"", "address = \"nope\""),
+                "initial_members[1]",
+            ),
+            (
+                GOOD.replace("zone = \"zone-a\"\naddress", "zone = \"zone-x\"\naddress"),
+                "initial_members",
+            ),
+        ];
+        for (text, field) in cases {
+            match parse(&text) {
+                Err(ConfigError::Invalid { field: got, why }) => assert_eq!(got, field, "{why}"),
+                other => panic!("expected invalid {field}, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn syntax_errors_and_unknown_fields_are_refused() {
+        for text in [
+            "id = ",
+            &GOOD.replace("zone = \"zone-a\"\ndata_dir", "zoen = \"zone-a\"\ndata_dir"),
+            &GOOD.replace("[timing]", "[timing]\nheartbeat = 5"),
+            "id = \"one\"",
+            "\u{0}\u{1}garbage",
+        ] {
+            match parse(text) {
+                Err(ConfigError::Parse { message, .. }) => assert!(!message.is_empty()),
+                other => panic!("expected a parse error for {text:?}, got {other:?}"),
+            }
+        }
+        let err = Config::load(Path::new("/nonexistent/ringd.toml")).unwrap_err();
+        assert!(matches!(err, ConfigError::Read { .. }), "{err}");
+    }
+}

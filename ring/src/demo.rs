@@ -1,1 +1,440 @@
-//! placeholder
+//! `ringctl demo`: a local ring of child `ringd` processes on loopback.
+//!
+//! Layout under the demo directory, one folder per member:
+//! `DIR/<name>/ringd.toml` (its config), `DIR/<name>/ringd.pid`, `DIR/<name>/ringd.log`,
+//! `DIR/<name>/data/` (its data directory). Member `i` (from 0) is named `a`, `b`, ... in zone
+//! `zone-a`, `zone-b`, ..., with its Admin API on `base_port + 10*i` and its peer API on
+//! `base_port + 10*i + 1`. Starting a demo in a directory that already holds one resumes it from
+//! its data.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::admin::AdminClient;
+use crate::config::{Config, InitialMember, LogSettings, SnapshotSettings, Timing};
+use crate::pb;
+
+/// Most members a demo starts.
+pub const MAX_DEMO_MEMBERS: usize = 9;
+
+/// Why the demo could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// Bad options.
+    #[error("{0}")]
+    Options(String),
+    /// A file or process operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A member exited or the ring did not form.
+    #[error("{0}")]
+    Ring(String),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DemoError {
+    let what = what.into();
+    move |source| DemoError::Io { what, source }
+}
+
+/// One member of the demo ring.
+#[derive(Debug, Clone, Serialize)]
+pub struct DemoMember {
+    /// Raft node id.
+    pub id: u64,
+    /// Name.
+    pub name: String,
+    /// Zone.
+    pub zone: String,
+    /// Admin API endpoint.
+    pub admin_endpoint: String,
+    /// Peer API endpoint.
+    pub peer_endpoint: String,
+    /// Process id of its `ringd`.
+    pub pid: u32,
+    /// Its data directory.
+    pub data_dir: PathBuf,
+    /// Its config file.
+    pub config: PathBuf,
+    /// Its log file.
+    pub log: PathBuf,
+}
+
+/// A started demo ring.
+#[derive(Debug, Serialize)]
+pub struct Demo {
+    /// The demo directory.
+    pub dir: PathBuf,
+    /// The members.
+    pub members: Vec<DemoMember>,
+    /// The leader's id once the ring formed.
+    pub leader_id: u64,
+    #[serde(skip)]
+    children: Vec<Child>,
+}
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    /// Number of members (1 to [`MAX_DEMO_MEMBERS`]).
+    pub members: usize,
+    /// Directory; a fresh one under the system temp dir when `None`.
+    pub dir: Option<PathBuf>,
+    /// First port.
+    pub base_port: u16,
+    /// The `ringd` binary.
+    pub ringd: PathBuf,
+    /// How long to wait for the ring to form.
+    pub timeout: Duration,
+    /// Whether to register the sample control planes.
+    pub samples: bool,
+}
+
+fn member_name(i: usize) -> String {
+    char::from(b'a' + u8::try_from(i).expect("at most 9 members")).to_string()
+}
+
+/// The founding members of a demo ring.
+pub fn layout(members: usize, base_port: u16) -> Result<Vec<InitialMember>, DemoError> {
+    if members == 0 || members > MAX_DEMO_MEMBERS {
+        return Err(DemoError::Options(format!(
+            "--members must be 1 to {MAX_DEMO_MEMBERS}, got {members}"
+        )));
+    }
+    let last = u32::from(base_port) + 10 * (members as u32 - 1) + 1;
+    if base_port < 1024 || last > u32::from(u16::MAX) {
+        return Err(DemoError::Options(format!(
+            "--base-port {base_port} leaves no room for {members} members (ports {base_port}..={last} must be within 1024..=65535)"
+        )));
+    }
+    Ok((0..members)
+        .map(|i| {
+            let name = member_name(i);
+            let admin = base_port + 10 * i as u16;
+            InitialMember {
+                id: i as u64 + 1,
+                zone: format!("zone-{name}"),
+                name,
+                address: format!("127.0.0.1:{}", admin + 1),
+                admin_address: format!("127.0.0.1:{admin}"),
+            }
+        })
+        .collect())
+}
+
+/// Pids recorded in `dir` whose processes are still alive.
+pub fn running_pids(dir: &Path) -> Vec<(String, i32)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let pid_file = entry.path().join("ringd.pid");
+        let Ok(text) = std::fs::read_to_string(&pid_file) else {
+            continue;
+        };
+        if let Ok(pid) = text.trim().parse::<i32>()
+            && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+        {
+            out.push((entry.file_name().to_string_lossy().into_owned(), pid));
+        }
+    }
+    out.sort();
+    out
+}
+
+impl Demo {
+    /// Writes the configs, starts the members and waits until the ring has a leader and has
+    /// registered every member.
+    pub async fn start(opts: DemoOptions) -> Result<Self, DemoError> {
+        let founders = layout(opts.members, opts.base_port)?;
+        let dir = match &opts.dir {
+            Some(d) => d.clone(),
+            None => std::env::temp_dir().join(format!(
+                "garden-ring-demo-{}-{}",
+                std::process::id(),
+                crate::time::unix_ms()
+            )),
+        };
+        let running = running_pids(&dir);
+        if !running.is_empty() {
+            return Err(DemoError::Options(format!(
+                "a demo is already running in {} (members {:?}); stop it with `ringctl demo --stop --dir {}`",
+                dir.display(),
+                running,
+                dir.display()
+            )));
+        }
+        std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
+        let dir = dir
+            .canonicalize()
+            .map_err(io(format!("resolving {}", dir.display())))?;
+
+        let mut demo = Demo {
+            dir: dir.clone(),
+            members: Vec::new(),
+            leader_id: 0,
+            children: Vec::new(),
+        };
+        for m in &founders {
+            let home = dir.join(&m.name);
+            std::fs::create_dir_all(&home).map_err(io(format!("creating {}", home.display())))?;
+            let config = Config {
+                id: m.id,
+                name: m.name.clone(),
+                zone: m.zone.clone(),
+                data_dir: home.join("data"),
+                listen_peer: m.address.parse().expect("demo addresses are valid"),
+                listen_admin: m.admin_address.parse().expect("demo addresses are valid"),
+                advertise_peer: None,
+                advertise_admin: None,
+                initial_members: founders.clone(),
+                timing: Timing::loopback(),
+                snapshot: SnapshotSettings::default(),
+                log: LogSettings::default(),
+            };
+            config
+                .validate()
+                .map_err(|e| DemoError::Options(e.to_string()))?;
+            let config_path = home.join("ringd.toml");
+            std::fs::write(&config_path, config.to_toml())
+                .map_err(io(format!("writing {}", config_path.display())))?;
+            let log_path = home.join("ringd.log");
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log_path)
+                .map_err(io(format!("opening {}", log_path.display())))?;
+            let log_err = log.try_clone().map_err(io("duplicating the log file"))?;
+            let child = {
+                use std::os::unix::process::CommandExt;
+                Command::new(&opts.ringd)
+                    .arg("--config")
+                    .arg(&config_path)
+                    .stdin(Stdio::null())
+                    .stdout(log)
+                    .stderr(log_err)
+                    // Own process group: a Ctrl-C meant for ringctl does not hit the members,
+                    // which are stopped in order instead (or keep running with --detach).
+                    .process_group(0)
+                    .spawn()
+                    .map_err(io(format!("starting {}", opts.ringd.display())))?
+            };
+            let pid = child.id();
+            std::fs::write(home.join("ringd.pid"), format!("{pid}\n"))
+                .map_err(io("writing the pid file"))?;
+            demo.children.push(child);
+            demo.members.push(DemoMember {
+                id: m.id,
+                name: m.name.clone(),
+                zone: m.zone.clone(),
+                admin_endpoint: m.admin_address.clone(),
+                peer_endpoint: m.address.clone(),
+                pid,
+                data_dir: config.data_dir.clone(),
+                config: config_path,
+                log: log_path,
+            });
+        }
+        if let Err(e) = demo.wait_formed(opts.timeout).await {
+            demo.stop(Duration::from_secs(5));
+            return Err(e);
+        }
+        if opts.samples {
+            demo.add_samples().await?;
+        }
+        Ok(demo)
+    }
+
+    /// A client for all members.
+    pub fn client(&self) -> AdminClient {
+        AdminClient::new(
+            self.members
+                .iter()
+                .map(|m| m.admin_endpoint.clone())
+                .collect(),
+            "ringctl/demo",
+        )
+        .expect("demo endpoints are valid")
+        .with_request_timeout(Duration::from_secs(15))
+    }
+
+    fn check_children(&mut self) -> Result<(), DemoError> {
+        for (child, m) in self.children.iter_mut().zip(&self.members) {
+            if let Ok(Some(status)) = child.try_wait() {
+                let tail = std::fs::read_to_string(&m.log).unwrap_or_default();
+                let last = tail
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("");
+                return Err(DemoError::Ring(format!(
+                    "member {} exited ({status}); last log line: {last} (log: {})",
+                    m.name,
+                    m.log.display()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    async fn wait_formed(&mut self, timeout: Duration) -> Result<(), DemoError> {
+        let deadline = Instant::now() + timeout;
+        let client = self.client().with_request_timeout(Duration::from_secs(2));
+        let want = self.members.len();
+        let mut last = String::from("no answer yet");
+        while Instant::now() < deadline {
+            self.check_children()?;
+            match client
+                .call(
+                    pb::StatusRequest {},
+                    |mut c, r| async move { c.status(r).await },
+                )
+                .await
+            {
+                Ok(s) if s.leader_id != 0 && registered_voters(&s) == want => {
+                    self.leader_id = s.leader_id;
+                    return Ok(());
+                }
+                Ok(s) => {
+                    last = format!(
+                        "leader {}, {} of {want} members registered",
+                        s.leader_id,
+                        registered_voters(&s)
+                    )
+                }
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(DemoError::Ring(format!(
+            "the ring did not form within {} s ({last}); see the logs under {}",
+            timeout.as_secs(),
+            self.dir.display()
+        )))
+    }
+
+    async fn add_samples(&self) -> Result<(), DemoError> {
+        let client = self.client();
+        for m in &self.members {
+            let name = format!("cp-{}", m.name);
+            let endpoints: BTreeMap<String, String> = self
+                .members
+                .iter()
+                .map(|other| {
+                    let port = other
+                        .admin_endpoint
+                        .rsplit(':')
+                        .next()
+                        .and_then(|p| p.parse::<u16>().ok())
+                        .unwrap_or(0);
+                    (other.name.clone(), format!("127.0.0.1:{}", port + 5))
+                })
+                .collect();
+            let req = pb::ControlPlaneAddRequest {
+                name: name.clone(),
+                home: m.name.clone(),
+                dns_name: format!("{name}.demo.garden-ring.local"),
+                endpoints,
+                backup: format!("file://{}/backups/{name}", self.dir.display()),
+                host: String::new(),
+                reason: "demo sample".into(),
+            };
+            match client
+                .call(req, |mut c, r| async move { c.control_plane_add(r).await })
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.code() == Some(tonic::Code::AlreadyExists) => {}
+                Err(e) => {
+                    return Err(DemoError::Ring(format!(
+                        "adding sample control plane {name}: {e}"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Leaves the members running after this value is dropped.
+    pub fn detach(mut self) -> Self {
+        self.children.clear();
+        self
+    }
+
+    /// Stops the members: SIGTERM, then SIGKILL for any still running after `grace`.
+    pub fn stop(&mut self, grace: Duration) {
+        for child in &self.children {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        let deadline = Instant::now() + grace;
+        for child in &mut self.children {
+            loop {
+                match child.try_wait() {
+                    Ok(Some(_)) | Err(_) => break,
+                    Ok(None) if Instant::now() >= deadline => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        break;
+                    }
+                    Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+                }
+            }
+        }
+        for m in &self.members {
+            let _ = std::fs::remove_file(m.config.with_file_name("ringd.pid"));
+        }
+        self.children.clear();
+    }
+}
+
+/// Stops the members of a detached demo in `dir`; returns the names stopped.
+pub fn stop_detached(dir: &Path, grace: Duration) -> Vec<String> {
+    let running = running_pids(dir);
+    for (_, pid) in &running {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+    let deadline = Instant::now() + grace;
+    for (name, pid) in &running {
+        let pid = nix::unistd::Pid::from_raw(*pid);
+        while nix::sys::signal::kill(pid, None).is_ok() {
+            if Instant::now() >= deadline {
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = std::fs::remove_file(dir.join(name).join("ringd.pid"));
+    }
+    running.into_iter().map(|(n, _)| n).collect()
+}
+
+fn registered_voters(s: &pb::StatusResponse) -> usize {
+    s.members
+        .iter()
+        .filter(|m| m.role == "voter" && m.health != "unknown")
+        .count()
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        if !self.children.is_empty() {
+            self.stop(Duration::from_secs(5));
+        }
+    }
+}

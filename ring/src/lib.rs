@@ -24,6 +24,7 @@ pub mod admin;
 pub mod config;
 pub mod core;
 pub mod demo;
+pub mod duties;
 pub mod node;
 pub mod raft;
 pub mod time;

@@ -1,1 +1,19 @@
-//! placeholder
+//! The operator's Admin API (`gardenring.v1.Admin`): the server every member runs and the
+//! client `ringctl` (and the tests) use.
+//!
+//! - [`service`]: the server. Reads are answered from the contacted member's applied state;
+//!   writes are forwarded to the leader, proposed through Raft and answered once applied.
+//! - [`client`]: a client that takes several endpoints and tries the next when one is down.
+//! - [`convert`]: core types to protobuf messages, and command errors to gRPC status codes.
+
+pub mod client;
+pub mod convert;
+pub mod service;
+
+pub use client::{AdminClient, ClientError};
+pub use service::AdminService;
+
+/// Request header naming who is asking (recorded in history as the actor).
+pub const ACTOR_HEADER: &str = "x-ring-actor";
+/// Request header set on requests a member forwarded to the leader (prevents forwarding loops).
+pub const FORWARDED_HEADER: &str = "x-ring-forwarded-by";

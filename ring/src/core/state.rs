@@ -388,10 +388,10 @@ impl RingState {
                 control_plane: other.name.clone(),
             });
         }
-        if let Some(home) = &spec.home {
-            if self.member_by_name(home).is_none() {
-                return Err(CommandError::UnknownMember(home.clone()));
-            }
+        if let Some(home) = &spec.home
+            && self.member_by_name(home).is_none()
+        {
+            return Err(CommandError::UnknownMember(home.clone()));
         }
         for member in spec.endpoints.keys() {
             if self.member_by_name(member).is_none() {

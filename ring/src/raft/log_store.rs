@@ -93,17 +93,17 @@ impl LogStore {
             let mut entries: Vec<Entry> = Vec::new();
             for item in iter.take(limit) {
                 let (k, v) = item.map_err(io_err)?;
-                if let Some(prev) = entries.last() {
-                    if k.value() != prev.index() + 1 {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            format!(
-                                "raft log has a hole: entry {} follows {}",
-                                k.value(),
-                                prev.index()
-                            ),
-                        ));
-                    }
+                if let Some(prev) = entries.last()
+                    && k.value() != prev.index() + 1
+                {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "raft log has a hole: entry {} follows {}",
+                            k.value(),
+                            prev.index()
+                        ),
+                    ));
                 }
                 let entry: Entry = decode("log entry", v.value())?;
                 if entry.index() != k.value() {
@@ -172,7 +172,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         })
         .await?;
         Ok(LogState {
-            last_log_id: last_entry.or_else(|| last_purged.clone()),
+            last_log_id: last_entry.or(last_purged),
             last_purged_log_id: last_purged,
         })
     }

@@ -20,6 +20,7 @@ use openraft::raft::{
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
 use super::codec::{CODEC_VERSION, decode, encode};
@@ -34,20 +35,38 @@ pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
 /// How long to wait for a TCP connection to a peer.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Shared per-peer state: channels and reachability.
-#[derive(Default)]
+/// Prefix of the status message a member sends to a peer whose id was retired.
+pub const REMOVED_MARKER: &str = "member-removed";
+
+/// Shared per-peer state: channels, reachability, and whether a peer told us we were removed.
 pub struct PeerPool {
     channels: Mutex<HashMap<NodeId, (String, Channel)>>,
     unreachable: Mutex<HashMap<NodeId, String>>,
+    removed: watch::Sender<Option<String>>,
+}
+
+impl Default for PeerPool {
+    fn default() -> Self {
+        Self {
+            channels: Mutex::default(),
+            unreachable: Mutex::default(),
+            removed: watch::channel(None).0,
+        }
+    }
 }
 
 impl PeerPool {
+    /// Becomes `Some(message)` once a peer reports that this member was removed from the ring.
+    pub fn watch_removed(&self) -> watch::Receiver<Option<String>> {
+        self.removed.subscribe()
+    }
+
     fn channel(&self, target: NodeId, address: &str) -> Result<Channel, tonic::transport::Error> {
         let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((cached_addr, channel)) = channels.get(&target) {
-            if cached_addr == address {
-                return Ok(channel.clone());
-            }
+        if let Some((cached_addr, channel)) = channels.get(&target)
+            && cached_addr == address
+        {
+            return Ok(channel.clone());
         }
         let channel = Endpoint::from_shared(format!("http://{address}"))?
             .connect_timeout(CONNECT_TIMEOUT)
@@ -68,10 +87,10 @@ impl PeerPool {
 
     fn mark_unreachable(&self, target: NodeId, node: &MemberNode, why: &str) {
         let mut unreachable = self.unreachable.lock().unwrap_or_else(|e| e.into_inner());
-        if !unreachable.contains_key(&target) {
+        unreachable.entry(target).or_insert_with(|| {
             tracing::warn!(peer = target, name = %node.name, address = %node.address, error = %why, "peer unreachable");
-            unreachable.insert(target, why.to_string());
-        }
+            why.to_string()
+        });
     }
 
     /// Peers currently unreachable, with the last error seen.
@@ -198,6 +217,20 @@ impl PeerClient {
                 let why = status.message().to_string();
                 self.pool.mark_unreachable(self.target, &self.node, &why);
                 Err(CallError::Unreachable(why))
+            }
+            Err(status)
+                if status.code() == tonic::Code::FailedPrecondition
+                    && status.message().starts_with(REMOVED_MARKER) =>
+            {
+                let message = status.message().to_string();
+                self.pool.removed.send_if_modified(|r| {
+                    let first = r.is_none();
+                    if first {
+                        *r = Some(message.clone());
+                    }
+                    first
+                });
+                Err(CallError::Network(message))
             }
             Err(status) => Err(CallError::Network(format!(
                 "peer {} ({}): {}: {}",

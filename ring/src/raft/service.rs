@@ -9,8 +9,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::StateMachineStore;
 use super::codec::{CODEC_VERSION, decode, encode};
-use super::network::MAX_PEER_MESSAGE_BYTES;
+use super::network::{MAX_PEER_MESSAGE_BYTES, REMOVED_MARKER};
 use super::types::{NodeId, RaftNode, SnapshotMeta, TypeConfig, Vote};
 use crate::pb;
 
@@ -21,12 +22,13 @@ pub const MAX_SNAPSHOT_BYTES: u64 = 1024 * 1024 * 1024;
 pub struct PeerService {
     me: NodeId,
     raft: RaftNode,
+    state: StateMachineStore,
 }
 
 impl PeerService {
-    /// Serves `raft`, the Raft node of member `me`.
-    pub fn new(me: NodeId, raft: RaftNode) -> Self {
-        Self { me, raft }
+    /// Serves `raft`, the Raft node of member `me`; `state` tells which ids were retired.
+    pub fn new(me: NodeId, raft: RaftNode, state: StateMachineStore) -> Self {
+        Self { me, raft, state }
     }
 
     /// The tonic server for this service, with the peer message size limits.
@@ -41,6 +43,12 @@ impl PeerService {
             return Err(Status::failed_precondition(format!(
                 "message from member {from} is addressed to member {to}, but this is member {}",
                 self.me
+            )));
+        }
+        if self.state.read(|a| a.state.retired_ids.contains(&from)) {
+            return Err(Status::failed_precondition(format!(
+                "{REMOVED_MARKER}: member {from} was removed from the ring and its id is retired; \
+                 wipe its data directory and add it again under a new id to rejoin"
             )));
         }
         if codec != CODEC_VERSION {

@@ -162,7 +162,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     ) -> io::Result<openraft::alias::SnapshotOf<TypeConfig, SnapshotData>> {
         let applied = self.read(Clone::clone);
         let meta = SnapshotMeta {
-            last_log_id: applied.last_applied.clone(),
+            last_log_id: applied.last_applied,
             last_membership: applied.last_membership.clone(),
         };
         let data = encode(
@@ -190,7 +190,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     type SnapshotBuilder = Self;
 
     async fn applied_state(&mut self) -> io::Result<(Option<LogId>, StoredMembership)> {
-        Ok(self.read(|a| (a.last_applied.clone(), a.last_membership.clone())))
+        Ok(self.read(|a| (a.last_applied, a.last_membership.clone())))
     }
 
     async fn apply<Strm>(&mut self, mut entries: Strm) -> io::Result<()>
@@ -208,7 +208,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                         last.index
                     );
                 }
-                applied.last_applied = Some(entry.log_id.clone());
+                applied.last_applied = Some(entry.log_id);
                 match &entry.payload {
                     EntryPayload::Blank => Ok(()),
                     EntryPayload::Normal(proposal) => {
@@ -220,7 +220,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     }
                     EntryPayload::Membership(membership) => {
                         applied.last_membership =
-                            StoredMembership::new(Some(entry.log_id.clone()), membership.clone());
+                            StoredMembership::new(Some(entry.log_id), membership.clone());
                         let voters = membership.voter_ids().collect();
                         let learners = membership.learner_ids().collect();
                         applied.state.apply_membership(&voters, &learners);

@@ -54,3 +54,5 @@ pub type Vote = openraft::alias::VoteOf<TypeConfig>;
 pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
 /// openraft's stored membership.
 pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
+/// openraft's metrics of a node of this ring.
+pub type RaftMetricsOf = openraft::RaftMetrics<TypeConfig>;

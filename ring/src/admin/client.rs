@@ -1,0 +1,181 @@
+//! A client for the Admin API that takes several endpoints, like `etcdctl --endpoints`: it uses
+//! the first that answers and moves on to the next when one is down.
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tonic::metadata::MetadataValue;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request, Response, Status};
+
+use super::ACTOR_HEADER;
+use super::service::MAX_ADMIN_MESSAGE_BYTES;
+use crate::pb::admin_client::AdminClient as Grpc;
+
+/// Why an Admin call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No endpoints were given.
+    #[error("no admin endpoint given (use --endpoint host:port)")]
+    NoEndpoints,
+    /// An endpoint is not a valid address.
+    #[error("invalid endpoint {endpoint:?}: {why}")]
+    BadEndpoint {
+        /// The endpoint.
+        endpoint: String,
+        /// Why.
+        why: String,
+    },
+    /// No endpoint could be reached.
+    #[error("no member answered: {}", .tried.iter().map(|(e, why)| format!("{e}: {why}")).collect::<Vec<_>>().join("; "))]
+    Unreachable {
+        /// Each endpoint tried and what went wrong.
+        tried: Vec<(String, String)>,
+    },
+    /// A member answered with an error.
+    #[error("{}: {}", code_words(.0.code()), .0.message())]
+    Status(Status),
+}
+
+impl ClientError {
+    /// The gRPC code, when a member answered.
+    pub fn code(&self) -> Option<Code> {
+        match self {
+            ClientError::Status(s) => Some(s.code()),
+            _ => None,
+        }
+    }
+}
+
+fn code_words(code: Code) -> &'static str {
+    match code {
+        Code::InvalidArgument => "invalid argument",
+        Code::NotFound => "not found",
+        Code::AlreadyExists => "already exists",
+        Code::FailedPrecondition => "refused",
+        Code::ResourceExhausted => "limit reached",
+        Code::Unavailable => "unavailable",
+        Code::DeadlineExceeded => "timed out",
+        Code::PermissionDenied => "permission denied",
+        Code::Unauthenticated => "unauthenticated",
+        _ => "error",
+    }
+}
+
+/// An Admin API client over one or more endpoints.
+pub struct AdminClient {
+    endpoints: Vec<String>,
+    actor: String,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+    /// Index of the endpoint that answered last, tried first next time.
+    preferred: Mutex<usize>,
+}
+
+impl AdminClient {
+    /// A client for `endpoints` (`host:port`, or `http://host:port`) acting as `actor`.
+    pub fn new(endpoints: Vec<String>, actor: impl Into<String>) -> Result<Self, ClientError> {
+        if endpoints.is_empty() {
+            return Err(ClientError::NoEndpoints);
+        }
+        for e in &endpoints {
+            Endpoint::from_shared(url(e)).map_err(|err| ClientError::BadEndpoint {
+                endpoint: e.clone(),
+                why: err.to_string(),
+            })?;
+        }
+        Ok(Self {
+            endpoints,
+            actor: actor.into(),
+            connect_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(60),
+            preferred: Mutex::new(0),
+        })
+    }
+
+    /// Sets how long a whole request may take.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// The endpoints, in order.
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    /// Calls `f` with a client for the first endpoint that can be reached. An endpoint that
+    /// refuses the connection or answers `UNAVAILABLE` before doing anything is skipped; any
+    /// other answer (success or error) is returned.
+    pub async fn call<T, F, Fut, M>(&self, message: M, mut f: F) -> Result<T, ClientError>
+    where
+        M: Clone,
+        F: FnMut(Grpc<Channel>, Request<M>) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>>,
+    {
+        let start = *self.preferred.lock().unwrap_or_else(|e| e.into_inner());
+        let mut tried = Vec::new();
+        for offset in 0..self.endpoints.len() {
+            let i = (start + offset) % self.endpoints.len();
+            let endpoint = &self.endpoints[i];
+            let channel = match Endpoint::from_shared(url(endpoint))
+                .expect("validated in new")
+                .connect_timeout(self.connect_timeout)
+                .timeout(self.request_timeout)
+                .connect()
+                .await
+            {
+                Ok(c) => c,
+                Err(e) => {
+                    tried.push((endpoint.clone(), describe_transport(&e)));
+                    continue;
+                }
+            };
+            let client = Grpc::new(channel)
+                .max_decoding_message_size(MAX_ADMIN_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_ADMIN_MESSAGE_BYTES);
+            let mut request = Request::new(message.clone());
+            if let Ok(v) = MetadataValue::try_from(self.actor.as_str()) {
+                request.metadata_mut().insert(ACTOR_HEADER, v);
+            }
+            match f(client, request).await {
+                Ok(resp) => {
+                    *self.preferred.lock().unwrap_or_else(|e| e.into_inner()) = i;
+                    return Ok(resp.into_inner());
+                }
+                Err(status) if is_connection_failure(&status) => {
+                    tried.push((endpoint.clone(), status.message().to_string()));
+                }
+                Err(status) => return Err(ClientError::Status(status)),
+            }
+        }
+        Err(ClientError::Unreachable { tried })
+    }
+}
+
+fn url(endpoint: &str) -> String {
+    if endpoint.starts_with("http://") || endpoint.starts_with("https://") {
+        endpoint.to_string()
+    } else {
+        format!("http://{endpoint}")
+    }
+}
+
+/// True for failures where the request never reached a working server.
+fn is_connection_failure(status: &Status) -> bool {
+    status.code() == Code::Unavailable
+        && (status.message().contains("transport error")
+            || status.message().contains("connection")
+            || status.message().contains("tcp connect"))
+}
+
+fn describe_transport(e: &tonic::transport::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text = s.to_string();
+        source = s.source();
+    }
+    text
+}

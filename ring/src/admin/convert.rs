@@ -1,0 +1,69 @@
+//! Conversions between the core's types and the Admin API's messages.
+
+use tonic::Status;
+
+use crate::core::{CommandError, ControlPlane, Event, Member};
+use crate::pb;
+
+/// A member as the API shows it.
+pub fn member(m: &Member) -> pb::Member {
+    pb::Member {
+        id: m.id,
+        name: m.name.clone(),
+        zone: m.zone.clone(),
+        address: m.address.clone(),
+        admin_address: m.admin_address.clone(),
+        role: m.role.to_string(),
+        health: m.health.to_string(),
+    }
+}
+
+/// A control plane as the API shows it.
+pub fn control_plane(cp: &ControlPlane) -> pb::ControlPlane {
+    pb::ControlPlane {
+        name: cp.name.clone(),
+        home: cp.home.clone().unwrap_or_default(),
+        dns_name: cp.dns_name.clone(),
+        endpoints: cp.endpoints.clone(),
+        backup: cp.backup.clone(),
+        host: cp.host.clone().unwrap_or_default(),
+        epoch: cp.epoch,
+        phase: cp.phase.to_string(),
+    }
+}
+
+/// A history event as the API shows it.
+pub fn event(e: &Event) -> pb::Event {
+    pb::Event {
+        index: e.index,
+        at_ms: e.at_ms,
+        actor: e.actor.clone(),
+        action: e.action.clone(),
+        subject: e.subject.clone(),
+        reason: e.reason.clone(),
+        detail: e.detail.clone(),
+    }
+}
+
+/// The gRPC status for a refused command.
+pub fn command_error(e: &CommandError) -> Status {
+    let message = e.to_string();
+    match e {
+        CommandError::Invalid { .. } => Status::invalid_argument(message),
+        CommandError::DuplicateMemberId(_)
+        | CommandError::RetiredMemberId(_)
+        | CommandError::DuplicateMemberName { .. }
+        | CommandError::DuplicateControlPlane(_)
+        | CommandError::DuplicateDnsName { .. } => Status::already_exists(message),
+        CommandError::UnknownMember(_) | CommandError::UnknownControlPlane(_) => {
+            Status::not_found(message)
+        }
+        CommandError::Limit(_) => Status::resource_exhausted(message),
+        CommandError::Refused(_) => Status::failed_precondition(message),
+    }
+}
+
+/// An empty string as `None`.
+pub fn non_empty(s: String) -> Option<String> {
+    if s.is_empty() { None } else { Some(s) }
+}

@@ -1,0 +1,596 @@
+//! `ringctl`: the operator's command line for a garden-ring.
+
+mod output;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use garden_ring::admin::{AdminClient, ClientError};
+use garden_ring::demo::{Demo, DemoOptions};
+use garden_ring::pb;
+use serde::Serialize;
+
+/// Operate a garden-ring: inspect it, add and remove members and control planes, read its
+/// history, move its leadership, or start a local demo ring.
+///
+/// Commands talk to the Admin API of any member (--endpoint); writes are forwarded to the
+/// leader. Every read command takes --output json for scripts. On error ringctl prints one line
+/// to stderr and exits non-zero.
+#[derive(Debug, Parser)]
+#[command(name = "ringctl", version, about, long_about)]
+struct Cli {
+    /// Admin endpoints (host:port), comma-separated or repeated; tried in order until one answers.
+    #[arg(
+        long,
+        short = 'e',
+        global = true,
+        value_delimiter = ',',
+        env = "RINGCTL_ENDPOINTS",
+        default_value = "127.0.0.1:7400"
+    )]
+    endpoint: Vec<String>,
+    /// Output format.
+    #[arg(long, short = 'o', global = true, value_enum, default_value_t = Output::Table)]
+    output: Output,
+    /// Seconds a request may take.
+    #[arg(long, global = true, default_value_t = 60)]
+    timeout: u64,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    /// Aligned columns for people.
+    Table,
+    /// JSON for programs.
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Leader, term, members and control planes, as seen by the member that answers.
+    Status,
+    /// Ring members.
+    #[command(subcommand)]
+    Member(MemberCmd),
+    /// Control planes.
+    #[command(subcommand, name = "control-plane", alias = "cp")]
+    ControlPlane(CpCmd),
+    /// Who did what, when and why (newest last).
+    History {
+        /// Show only the newest N events (0 = all kept).
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Raft leadership.
+    #[command(subcommand)]
+    Leader(LeaderCmd),
+    /// Stop the ring's automatic actions (operator commands keep working).
+    Pause {
+        /// Why (recorded in history).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Resume the ring's automatic actions.
+    Resume {
+        /// Why (recorded in history).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Run a local ring of child ringd processes on loopback (no external services needed).
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum MemberCmd {
+    /// List members.
+    List,
+    /// Register a member and add it as a Raft learner; waits for it to catch up. Start its ringd
+    /// (without initial_members) first, then promote it with `member promote`.
+    Add {
+        /// Raft node id: new, never used in this ring before.
+        #[arg(long)]
+        id: u64,
+        /// Member name (DNS-1123 label).
+        #[arg(long)]
+        name: String,
+        /// Failure zone (DNS-1123 label).
+        #[arg(long)]
+        zone: String,
+        /// Peer (Raft) address, host:port.
+        #[arg(long)]
+        address: String,
+        /// Admin API address, host:port.
+        #[arg(long)]
+        admin_address: String,
+        /// Seconds to wait for the learner to catch up.
+        #[arg(long, default_value_t = 30)]
+        catch_up_timeout: u64,
+        /// Also promote it to voter once it caught up.
+        #[arg(long)]
+        promote: bool,
+        /// Why (recorded in history).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Make a learner a voter.
+    Promote {
+        /// Member id or name.
+        member: String,
+        /// Why (recorded in history).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Remove a member from the ring; its id is retired for good.
+    Remove {
+        /// Member id or name.
+        member: String,
+        /// Why (recorded in history).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CpCmd {
+    /// List control planes.
+    List,
+    /// Show one control plane.
+    Get {
+        /// Control plane name.
+        name: String,
+    },
+    /// Register a control plane; without --host the leader places it.
+    Add {
+        /// Control plane name (DNS-1123 label).
+        name: String,
+        /// DNS name clients use.
+        #[arg(long)]
+        dns_name: String,
+        /// Endpoint on a member, MEMBER=HOST:PORT; repeat for each member that can host it.
+        #[arg(long = "endpoint-on", value_name = "MEMBER=HOST:PORT", required = true)]
+        endpoints: Vec<String>,
+        /// Backup location: s3://bucket/prefix, gs://, az://, file:///path.
+        #[arg(long)]
+        backup: String,
+        /// Member it belongs to; it is never hosted there.
+        #[arg(long)]
+        home: Option<String>,
+        /// Member to host it (default: the leader chooses).
+        #[arg(long)]
+        host: Option<String>,
+        /// Why (recorded in history).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Deregister a control plane.
+    Remove {
+        /// Control plane name.
+        name: String,
+        /// Why (recorded in history).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum LeaderCmd {
+    /// Hand leadership to another voter.
+    Transfer {
+        /// Member id or name (default: the most up-to-date other voter).
+        #[arg(long)]
+        to: Option<String>,
+        /// Why.
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct DemoArgs {
+    /// Number of members, one per zone (zone-a, zone-b, ...).
+    #[arg(long, default_value_t = 3)]
+    members: usize,
+    /// Directory for the members' configs, data, logs and pid files (default: a fresh temp dir).
+    /// A directory that holds a stopped demo is resumed.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// First port: member i uses base+10i (admin) and base+10i+1 (peer).
+    #[arg(long, default_value_t = 7400)]
+    base_port: u16,
+    /// Return once the ring is up and leave the members running.
+    #[arg(long)]
+    detach: bool,
+    /// Stop the detached demo in --dir and exit.
+    #[arg(long, requires = "dir")]
+    stop: bool,
+    /// Do not register the sample control planes.
+    #[arg(long)]
+    no_samples: bool,
+    /// The ringd binary (default: the one next to ringctl, else ringd on PATH).
+    #[arg(long)]
+    ringd: Option<PathBuf>,
+}
+
+fn actor() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .ok()
+        .or_else(|| {
+            nix::unistd::User::from_uid(nix::unistd::getuid())
+                .ok()
+                .flatten()
+                .map(|u| u.name)
+        })
+        .unwrap_or_else(|| format!("uid{}", nix::unistd::getuid()));
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown".into());
+    format!("ringctl:{user}@{host}")
+}
+
+/// A failure to report: one line, non-zero exit.
+struct Failure(String);
+
+impl From<ClientError> for Failure {
+    fn from(e: ClientError) -> Self {
+        Failure(e.to_string())
+    }
+}
+
+fn print<T: Serialize>(output: Output, value: &T, table: impl FnOnce(&T) -> String) {
+    let text = match output {
+        Output::Json => serde_json::to_string_pretty(value).expect("serializable"),
+        Output::Table => table(value),
+    };
+    say(&text);
+}
+
+/// Prints a line to stdout; a closed pipe (`ringctl status | head`) ends the program quietly.
+fn say(text: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("ringctl: error: writing output: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure(message)) => {
+            eprintln!("ringctl: error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+macro_rules! rpc {
+    ($client:expr, $method:ident, $req:expr) => {
+        $client
+            .call($req, |mut c, r| async move { c.$method(r).await })
+            .await
+    };
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    if let Cmd::Demo(args) = cli.command {
+        return demo(args, cli.output).await;
+    }
+    let client = AdminClient::new(cli.endpoint.clone(), actor())?
+        .with_request_timeout(Duration::from_secs(cli.timeout.max(1)));
+    let out = cli.output;
+    match cli.command {
+        Cmd::Status => {
+            let s = rpc!(client, status, pb::StatusRequest {})?;
+            print(out, &s, output::status);
+        }
+        Cmd::Member(MemberCmd::List) => {
+            let status = rpc!(client, status, pb::StatusRequest {})?;
+            let leader = status.leader_id;
+            print(out, &status.members, |m| output::members(m, Some(leader)));
+        }
+        Cmd::Member(MemberCmd::Add {
+            id,
+            name,
+            zone,
+            address,
+            admin_address,
+            catch_up_timeout,
+            promote,
+            reason,
+        }) => {
+            let req = pb::MemberAddRequest {
+                id,
+                name: name.clone(),
+                zone,
+                address,
+                admin_address,
+                reason: reason.clone(),
+                catch_up_timeout_ms: catch_up_timeout.saturating_mul(1000),
+            };
+            let resp = rpc!(client, member_add, req)?;
+            if promote {
+                if !resp.caught_up {
+                    return Err(Failure(format!(
+                        "member {name} ({id}) was added as a learner but has not caught up within {catch_up_timeout} s, so it was not promoted; \
+                         check that its ringd runs, then run `ringctl member promote {name}`"
+                    )));
+                }
+                let promoted = rpc!(
+                    client,
+                    member_promote,
+                    pb::MemberRefRequest {
+                        member: id.to_string(),
+                        reason
+                    }
+                )?;
+                print(out, &promoted, |r| {
+                    format!(
+                        "member {name} ({id}) added and promoted to voter (index {})",
+                        r.index
+                    )
+                });
+            } else {
+                print(out, &resp, |r| {
+                    if r.caught_up {
+                        format!(
+                            "member {name} ({id}) added as a learner and caught up (index {}); make it a voter with `ringctl member promote {name}`",
+                            r.index
+                        )
+                    } else {
+                        format!(
+                            "member {name} ({id}) added as a learner but has not caught up within {catch_up_timeout} s; is its ringd running? \
+                             It keeps catching up in the background; promote it once `ringctl member list` shows it healthy"
+                        )
+                    }
+                });
+            }
+        }
+        Cmd::Member(MemberCmd::Promote { member, reason }) => {
+            let r = rpc!(
+                client,
+                member_promote,
+                pb::MemberRefRequest {
+                    member: member.clone(),
+                    reason
+                }
+            )?;
+            print(out, &r, |r| {
+                format!("member {member} is a voter (index {})", r.index)
+            });
+        }
+        Cmd::Member(MemberCmd::Remove { member, reason }) => {
+            let r = rpc!(
+                client,
+                member_remove,
+                pb::MemberRefRequest {
+                    member: member.clone(),
+                    reason
+                }
+            )?;
+            print(out, &r, |r| {
+                let id = r.member.as_ref().map(|m| m.id).unwrap_or(0);
+                format!(
+                    "member {member} removed from the ring (index {}); id {id} is retired and will never be reused",
+                    r.index
+                )
+            });
+        }
+        Cmd::ControlPlane(CpCmd::List) => {
+            let r = rpc!(client, control_plane_list, pb::ControlPlaneListRequest {})?;
+            print(out, &r.control_planes, |c| output::control_planes(c));
+        }
+        Cmd::ControlPlane(CpCmd::Get { name }) => {
+            let r = rpc!(
+                client,
+                control_plane_get,
+                pb::ControlPlaneGetRequest { name }
+            )?;
+            print(out, &r, output::control_plane);
+        }
+        Cmd::ControlPlane(CpCmd::Add {
+            name,
+            dns_name,
+            endpoints,
+            backup,
+            home,
+            host,
+            reason,
+        }) => {
+            let mut map = BTreeMap::new();
+            for e in &endpoints {
+                let (member, addr) = e.split_once('=').ok_or_else(|| {
+                    Failure(format!(
+                        "--endpoint-on {e:?} must be MEMBER=HOST:PORT, like b=10.0.1.5:443"
+                    ))
+                })?;
+                if map.insert(member.to_string(), addr.to_string()).is_some() {
+                    return Err(Failure(format!(
+                        "--endpoint-on names member {member:?} twice"
+                    )));
+                }
+            }
+            let req = pb::ControlPlaneAddRequest {
+                name,
+                home: home.unwrap_or_default(),
+                dns_name,
+                endpoints: map,
+                backup,
+                host: host.unwrap_or_default(),
+                reason,
+            };
+            let r = rpc!(client, control_plane_add, req)?;
+            print(out, &r, |r| match &r.control_plane {
+                Some(cp) if !cp.host.is_empty() => format!(
+                    "control plane {} added, hosted on {} at epoch {} (index {})",
+                    cp.name, cp.host, cp.epoch, r.index
+                ),
+                Some(cp) => format!(
+                    "control plane {} added but pending: no member is eligible to host it (index {})",
+                    cp.name, r.index
+                ),
+                None => format!("control plane added (index {})", r.index),
+            });
+        }
+        Cmd::ControlPlane(CpCmd::Remove { name, reason }) => {
+            let r = rpc!(
+                client,
+                control_plane_remove,
+                pb::ControlPlaneRemoveRequest {
+                    name: name.clone(),
+                    reason
+                }
+            )?;
+            print(out, &r, |r| {
+                format!("control plane {name} removed (index {})", r.index)
+            });
+        }
+        Cmd::History { limit } => {
+            let r = rpc!(client, history, pb::HistoryRequest { limit })?;
+            print(out, &r.events, |e| output::history(e));
+        }
+        Cmd::Leader(LeaderCmd::Transfer { to, reason }) => {
+            let r = rpc!(
+                client,
+                leader_transfer,
+                pb::LeaderTransferRequest {
+                    to: to.unwrap_or_default(),
+                    reason
+                }
+            )?;
+            print(out, &r, |r| format!("member {} is the leader", r.leader_id));
+        }
+        Cmd::Pause { reason } => {
+            let r = rpc!(
+                client,
+                set_paused,
+                pb::SetPausedRequest {
+                    paused: true,
+                    reason
+                }
+            )?;
+            print(out, &r, |r| {
+                format!("automatic actions paused (index {})", r.index)
+            });
+        }
+        Cmd::Resume { reason } => {
+            let r = rpc!(
+                client,
+                set_paused,
+                pb::SetPausedRequest {
+                    paused: false,
+                    reason
+                }
+            )?;
+            print(out, &r, |r| {
+                format!("automatic actions resumed (index {})", r.index)
+            });
+        }
+        Cmd::Demo(_) => unreachable!("handled above"),
+    }
+    Ok(())
+}
+
+fn ringd_binary(explicit: Option<PathBuf>) -> PathBuf {
+    if let Some(p) = explicit {
+        return p;
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join("ringd")))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("ringd"))
+}
+
+async fn demo(args: DemoArgs, out: Output) -> Result<(), Failure> {
+    if args.stop {
+        let dir = args.dir.expect("clap requires --dir with --stop");
+        let stopped = garden_ring::demo::stop_detached(&dir, Duration::from_secs(10));
+        if stopped.is_empty() {
+            return Err(Failure(format!(
+                "no running demo members in {}",
+                dir.display()
+            )));
+        }
+        say(&format!("stopped members {}", stopped.join(", ")));
+        return Ok(());
+    }
+    let opts = DemoOptions {
+        members: args.members,
+        dir: args.dir,
+        base_port: args.base_port,
+        ringd: ringd_binary(args.ringd),
+        timeout: Duration::from_secs(30),
+        samples: !args.no_samples,
+    };
+    let demo = Demo::start(opts)
+        .await
+        .map_err(|e| Failure(e.to_string()))?;
+    let client = demo.client();
+    if args.detach {
+        let demo = demo.detach();
+        match out {
+            Output::Json => say(&serde_json::to_string_pretty(&demo).expect("serializable")),
+            Output::Table => {
+                let endpoints: Vec<_> = demo
+                    .members
+                    .iter()
+                    .map(|m| m.admin_endpoint.clone())
+                    .collect();
+                println!(
+                    "ring is up in {} (leader {})",
+                    demo.dir.display(),
+                    demo.leader_id
+                );
+                for m in &demo.members {
+                    println!(
+                        "  {} ({}, id {}): admin {} pid {}",
+                        m.name, m.zone, m.id, m.admin_endpoint, m.pid
+                    );
+                }
+                println!("\ntry:  ringctl --endpoint {} status", endpoints.join(","));
+                println!("stop: ringctl demo --stop --dir {}", demo.dir.display());
+            }
+        }
+        return Ok(());
+    }
+    let mut demo = demo;
+    println!("ring is up in {}; Ctrl-C stops it", demo.dir.display());
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = tick.tick() => {
+                let text = match rpc!(client, status, pb::StatusRequest {}) {
+                    Ok(s) => output::status(&s),
+                    Err(e) => format!("status: {e}"),
+                };
+                if tty {
+                    print!("\x1b[2J\x1b[H");
+                }
+                println!("garden-ring demo in {} (Ctrl-C stops it)\n\n{text}\n", demo.dir.display());
+            }
+        }
+    }
+    println!("stopping the members ...");
+    demo.stop(Duration::from_secs(10));
+    println!("stopped; data kept in {}", demo.dir.display());
+    Ok(())
+}

@@ -1,0 +1,206 @@
+//! Rendering for `ringctl`: aligned tables for people, JSON for programs.
+
+use garden_ring::pb;
+
+/// A plain text table with aligned columns.
+pub struct Table {
+    header: Vec<&'static str>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(header: Vec<&'static str>) -> Self {
+        Self {
+            header,
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        debug_assert_eq!(cells.len(), self.header.len());
+        self.rows.push(cells);
+    }
+
+    pub fn render(&self) -> String {
+        let mut widths: Vec<usize> = self.header.iter().map(|h| h.len()).collect();
+        for row in &self.rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let line = |cells: Vec<&str>| {
+            let mut s = String::new();
+            for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+                if i + 1 == cells.len() {
+                    s.push_str(cell);
+                } else {
+                    s.push_str(&format!("{cell:<w$}  "));
+                }
+            }
+            s.trim_end().to_string()
+        };
+        let mut out = line(self.header.clone());
+        for row in &self.rows {
+            out.push('\n');
+            out.push_str(&line(row.iter().map(String::as_str).collect()));
+        }
+        out
+    }
+}
+
+fn or_dash(s: &str) -> String {
+    if s.is_empty() {
+        "-".into()
+    } else {
+        s.to_string()
+    }
+}
+
+pub fn members(members: &[pb::Member], leader_id: Option<u64>) -> String {
+    let mut t = Table::new(vec![
+        "ID", "NAME", "ZONE", "ROLE", "HEALTH", "PEER", "ADMIN",
+    ]);
+    for m in members {
+        let role = if Some(m.id) == leader_id {
+            format!("{} (leader)", m.role)
+        } else {
+            m.role.clone()
+        };
+        t.row(vec![
+            m.id.to_string(),
+            m.name.clone(),
+            m.zone.clone(),
+            role,
+            m.health.clone(),
+            m.address.clone(),
+            m.admin_address.clone(),
+        ]);
+    }
+    t.render()
+}
+
+pub fn control_planes(cps: &[pb::ControlPlane]) -> String {
+    if cps.is_empty() {
+        return "no control planes".into();
+    }
+    let mut t = Table::new(vec!["NAME", "HOST", "EPOCH", "PHASE", "HOME", "DNS NAME"]);
+    for cp in cps {
+        t.row(vec![
+            cp.name.clone(),
+            or_dash(&cp.host),
+            cp.epoch.to_string(),
+            cp.phase.clone(),
+            or_dash(&cp.home),
+            cp.dns_name.clone(),
+        ]);
+    }
+    t.render()
+}
+
+pub fn control_plane(cp: &pb::ControlPlane) -> String {
+    let mut out = format!(
+        "name:     {}\nhost:     {}\nepoch:    {}\nphase:    {}\nhome:     {}\ndns name: {}\nbackup:   {}\nendpoints:",
+        cp.name,
+        or_dash(&cp.host),
+        cp.epoch,
+        cp.phase,
+        or_dash(&cp.home),
+        cp.dns_name,
+        cp.backup
+    );
+    for (member, endpoint) in &cp.endpoints {
+        let mark = if *member == cp.host { "  <- host" } else { "" };
+        out.push_str(&format!("\n  {member}: {endpoint}{mark}"));
+    }
+    out
+}
+
+pub fn status(s: &pb::StatusResponse) -> String {
+    let leader = match s.members.iter().find(|m| m.id == s.leader_id) {
+        Some(m) => format!("{} ({})", m.name, m.id),
+        None if s.leader_id == 0 => "none".into(),
+        None => s.leader_id.to_string(),
+    };
+    let answered = s
+        .members
+        .iter()
+        .find(|m| m.id == s.member_id)
+        .map(|m| m.name.clone())
+        .unwrap_or_else(|| s.member_id.to_string());
+    format!(
+        "leader: {leader}   term: {}   applied index: {}   answered by: {answered} ({})   automatic actions: {}\n\n{}\n\n{}",
+        s.term,
+        s.applied_index,
+        s.server_state,
+        if s.paused { "PAUSED" } else { "on" },
+        members(&s.members, Some(s.leader_id)),
+        control_planes(&s.control_planes)
+    )
+}
+
+pub fn history(events: &[pb::Event]) -> String {
+    if events.is_empty() {
+        return "no events".into();
+    }
+    let mut t = Table::new(vec![
+        "INDEX",
+        "TIME (UTC)",
+        "ACTOR",
+        "ACTION",
+        "SUBJECT",
+        "DETAIL",
+        "REASON",
+    ]);
+    for e in events {
+        t.row(vec![
+            e.index.to_string(),
+            utc(e.at_ms),
+            e.actor.clone(),
+            e.action.clone(),
+            e.subject.clone(),
+            e.detail.clone(),
+            or_dash(&e.reason),
+        ]);
+    }
+    t.render()
+}
+
+/// Formats Unix milliseconds as `YYYY-MM-DD HH:MM:SS.mmm` (UTC), without a date library.
+pub fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (h, m, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(mo <= 2);
+    format!(
+        "{y:04}-{mo:02}-{d:02} {h:02}:{m:02}:{s:02}.{:03}",
+        ms % 1000
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_formatting() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00.000");
+        assert_eq!(utc(1_796_083_200_123), "2026-12-01 00:00:00.123");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00.000");
+    }
+
+    #[test]
+    fn table_alignment() {
+        let mut t = Table::new(vec!["A", "LONGER"]);
+        t.row(vec!["xyz".into(), "1".into()]);
+        assert_eq!(t.render(), "A    LONGER\nxyz  1");
+    }
+}
