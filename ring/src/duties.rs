@@ -19,9 +19,9 @@ use openraft::ServerState;
 use openraft::type_config::async_runtime::watch::WatchReceiver;
 use tokio::sync::watch;
 
-use crate::admin::service::remove_from_raft;
 use crate::config::Timing;
 use crate::core::{Command, Health, MemberSpec, Proposal, Role};
+use crate::membership::MembershipChanger;
 use crate::raft::types::RaftMetricsOf;
 use crate::raft::{NodeId, RaftNode, StateMachineStore};
 
@@ -30,6 +30,7 @@ pub struct Duties {
     me: NodeId,
     actor: String,
     raft: RaftNode,
+    membership: MembershipChanger,
     state: StateMachineStore,
     timing: Timing,
     leader_since: Option<Instant>,
@@ -41,6 +42,7 @@ impl Duties {
         me: NodeId,
         name: String,
         raft: RaftNode,
+        membership: MembershipChanger,
         state: StateMachineStore,
         timing: Timing,
     ) -> Self {
@@ -48,6 +50,7 @@ impl Duties {
             me,
             actor: format!("ringd/{name}"),
             raft,
+            membership,
             state,
             timing,
             leader_since: None,
@@ -114,22 +117,21 @@ impl Duties {
                     address: m.address.clone(),
                     admin_address: m.admin_address.clone(),
                 };
-                if let Err(e) = self.raft.add_learner(m.id, node, false).await {
+                if let Err(e) = self.membership.add_learner(m.id, node).await {
                     tracing::debug!(member = m.id, "re-adding learner: {e}");
                 }
             } else if m.wants_voter && m.role == Role::Learner && !voters.contains(&m.id) {
                 let caught_up = caught_up(&metrics, m.id);
                 if caught_up {
-                    let change = openraft::ChangeMembers::AddVoterIds([m.id].into());
-                    if let Err(e) = self.raft.change_membership(change, false).await {
+                    if let Err(e) = self.membership.promote(m.id).await {
                         tracing::debug!(member = m.id, "finishing promotion: {e}");
                     }
                 }
             }
         }
         for id in in_raft.intersection(&applied.state.retired_ids) {
-            if let Err(e) = remove_from_raft(&self.raft, *id).await {
-                tracing::debug!(member = id, "finishing removal: {}", e.message());
+            if let Err(e) = self.membership.remove(*id).await {
+                tracing::debug!(member = id, "finishing removal: {e}");
             }
         }
 
@@ -197,9 +199,17 @@ pub fn judge(silent_ms: u64, timing: &Timing) -> Health {
 pub async fn run(mut duties: Duties, mut stopped: watch::Receiver<bool>) {
     let mut interval = tokio::time::interval(duties.tick_interval());
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Also act at once when this member's Raft state changes (e.g. it just became leader).
+    let mut server_state = duties.raft.server_metrics();
     loop {
         tokio::select! {
             _ = interval.tick() => duties.tick().await,
+            changed = server_state.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                duties.tick().await;
+            }
             _ = async { let _ = stopped.wait_for(|s| *s).await; } => return,
         }
     }

@@ -14,6 +14,8 @@
 //! | [`raft`] | openraft glue: type config, redb storage, peer network and service | disk, network |
 //! | [`admin`] | the Admin gRPC service and its client | network |
 //! | [`config`] | `ringd`'s TOML configuration | reads one file |
+//! | [`membership`] | serialized, idempotent Raft configuration changes | raft |
+//! | [`duties`] | what the leader does on its own: registry, membership, health | raft |
 //! | [`node`] | assembles one member: storage, Raft, servers, background loops | all of the above |
 //! | [`demo`] | `ringctl demo`: a local ring of child `ringd` processes | processes |
 //!
@@ -25,6 +27,7 @@ pub mod config;
 pub mod core;
 pub mod demo;
 pub mod duties;
+pub mod membership;
 pub mod node;
 pub mod raft;
 pub mod time;

@@ -16,6 +16,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use crate::admin::AdminService;
 use crate::config::{Config, ConfigError};
 use crate::duties;
+use crate::membership::MembershipChanger;
 use crate::raft::network::{PeerNetwork, PeerPool};
 use crate::raft::service::PeerService;
 use crate::raft::storage::{self, OpenError};
@@ -133,8 +134,15 @@ impl Member {
             stopped.clone(),
             move |mut server| server.add_service(peer),
         ));
-        let admin =
-            AdminService::new(id, raft.clone(), state.clone(), config.timing.clone()).into_server();
+        let membership = MembershipChanger::new(raft.clone());
+        let admin = AdminService::new(
+            id,
+            raft.clone(),
+            membership.clone(),
+            state.clone(),
+            config.timing.clone(),
+        )
+        .into_server();
         tasks.push(serve(
             "admin",
             admin_listener,
@@ -193,6 +201,7 @@ impl Member {
                 id,
                 config.name.clone(),
                 raft.clone(),
+                membership,
                 state.clone(),
                 config.timing.clone(),
             ),

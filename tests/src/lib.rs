@@ -1,1 +1,425 @@
-//! Harness for integration tests that start real `ringd` processes.
+//! Harness for integration tests that start real `ringd` and `ringctl` processes on loopback.
+//!
+//! The binaries are found next to the test executable's `deps/` directory (where
+//! `cargo build --bins` puts them), or through `RINGD_BIN` / `RINGCTL_BIN`. Every ring lives in
+//! its own temporary directory, on ports the harness picked free, and every process it started
+//! is killed when the [`Ring`] is dropped, also when a test fails.
+//!
+//! Waiting is always "until a condition holds, or a deadline passes" ([`eventually`]), never a
+//! fixed sleep.
+
+use std::future::Future;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use garden_ring::admin::AdminClient;
+use garden_ring::config::{Config, InitialMember, LogSettings, SnapshotSettings, Timing};
+use garden_ring::pb;
+
+/// Path of a workspace binary (`ringd`, `ringctl`).
+pub fn binary(name: &str) -> PathBuf {
+    let var = format!("{}_BIN", name.to_uppercase());
+    if let Ok(p) = std::env::var(&var) {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("test executable lives in target/<profile>/deps");
+    let path = profile_dir.join(name);
+    assert!(
+        path.is_file(),
+        "{} not found; build the binaries first (`cargo build --bins`) or set {var}",
+        path.display()
+    );
+    path
+}
+
+/// Free loopback ports, held until [`Ports::release`] so two calls cannot hand out the same one.
+pub struct Ports(Vec<TcpListener>);
+
+impl Ports {
+    /// Reserves `n` free ports.
+    pub fn reserve(n: usize) -> Self {
+        Self(
+            (0..n)
+                .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port"))
+                .collect(),
+        )
+    }
+
+    /// The reserved port numbers.
+    pub fn numbers(&self) -> Vec<u16> {
+        self.0
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect()
+    }
+
+    /// Frees the ports so the processes under test can bind them.
+    pub fn release(self) {}
+}
+
+/// Settings of a test ring.
+#[derive(Clone, Debug)]
+pub struct RingOptions {
+    /// Founding members.
+    pub members: usize,
+    /// Snapshot every this many entries.
+    pub snapshot_every: u64,
+    /// Entries kept behind a snapshot.
+    pub snapshot_keep: u64,
+}
+
+impl Default for RingOptions {
+    fn default() -> Self {
+        Self {
+            members: 3,
+            snapshot_every: SnapshotSettings::default().every_entries,
+            snapshot_keep: SnapshotSettings::default().keep_entries,
+        }
+    }
+}
+
+/// One `ringd` process of a test ring.
+pub struct Proc {
+    /// Its config.
+    pub config: Config,
+    /// Where the config is written.
+    pub config_path: PathBuf,
+    /// Its combined stdout and stderr.
+    pub log_path: PathBuf,
+    child: Option<Child>,
+}
+
+impl Proc {
+    /// The Admin endpoint.
+    pub fn admin(&self) -> String {
+        self.config.admin_address()
+    }
+
+    /// Whether the process runs.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    /// Its pid, if running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Starts the process from its config file.
+    pub fn spawn(&mut self) {
+        assert!(
+            self.child.is_none(),
+            "member {} already runs",
+            self.config.name
+        );
+        std::fs::write(&self.config_path, self.config.to_toml()).expect("write config");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .expect("open log");
+        let child = Command::new(binary("ringd"))
+            .arg("--config")
+            .arg(&self.config_path)
+            .env("RUST_LOG", "")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn ringd");
+        self.child = Some(child);
+    }
+
+    /// `kill -9`, and waits for the process to be gone.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().expect("SIGKILL");
+            child.wait().expect("reap");
+        }
+    }
+
+    /// SIGTERM, and waits for the exit status.
+    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .ok()?;
+        child.wait().ok()
+    }
+
+    /// Waits (bounded) for the process to exit on its own and returns its status.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let child = self.child.as_mut()?;
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The log so far (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// An Admin client for this member only.
+    pub fn client(&self) -> AdminClient {
+        AdminClient::new(vec![self.admin()], "test")
+            .unwrap()
+            .with_request_timeout(Duration::from_secs(20))
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A ring of real `ringd` processes in a temporary directory.
+pub struct Ring {
+    /// Its directory (kept when the test fails; see [`Ring::keep`]).
+    pub dir: tempfile::TempDir,
+    /// Its members, founders first.
+    pub procs: Vec<Proc>,
+    options: RingOptions,
+}
+
+/// A member config for a test ring.
+pub fn member_config(
+    dir: &Path,
+    id: u64,
+    admin_port: u16,
+    peer_port: u16,
+    founders: Vec<InitialMember>,
+    options: &RingOptions,
+) -> Config {
+    let name = member_name(id);
+    Config {
+        id,
+        zone: format!("zone-{name}"),
+        data_dir: dir.join(&name).join("data"),
+        listen_peer: format!("127.0.0.1:{peer_port}").parse().unwrap(),
+        listen_admin: format!("127.0.0.1:{admin_port}").parse().unwrap(),
+        advertise_peer: None,
+        advertise_admin: None,
+        initial_members: founders,
+        timing: Timing::loopback(),
+        snapshot: SnapshotSettings {
+            every_entries: options.snapshot_every,
+            keep_entries: options.snapshot_keep,
+        },
+        log: LogSettings {
+            level: "info,openraft=warn".into(),
+            ..LogSettings::default()
+        },
+        name,
+    }
+}
+
+/// Name of member `id`: 1 -> a, 2 -> b, ...
+pub fn member_name(id: u64) -> String {
+    char::from(b'a' + u8::try_from(id - 1).unwrap()).to_string()
+}
+
+impl Ring {
+    /// Starts a ring with `options.members` founders.
+    pub fn start(options: RingOptions) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("ring-test-")
+            .tempdir()
+            .unwrap();
+        let ports = Ports::reserve(options.members * 2);
+        let numbers = ports.numbers();
+        let founders: Vec<InitialMember> = (0..options.members)
+            .map(|i| {
+                let id = i as u64 + 1;
+                let name = member_name(id);
+                InitialMember {
+                    id,
+                    zone: format!("zone-{name}"),
+                    name,
+                    address: format!("127.0.0.1:{}", numbers[2 * i + 1]),
+                    admin_address: format!("127.0.0.1:{}", numbers[2 * i]),
+                }
+            })
+            .collect();
+        let procs = (0..options.members)
+            .map(|i| {
+                let id = i as u64 + 1;
+                let config = member_config(
+                    dir.path(),
+                    id,
+                    numbers[2 * i],
+                    numbers[2 * i + 1],
+                    founders.clone(),
+                    &options,
+                );
+                Self::proc_for(dir.path(), config)
+            })
+            .collect();
+        ports.release();
+        let mut ring = Self {
+            dir,
+            procs,
+            options,
+        };
+        for p in &mut ring.procs {
+            p.spawn();
+        }
+        ring
+    }
+
+    fn proc_for(dir: &Path, config: Config) -> Proc {
+        let home = dir.join(&config.name);
+        std::fs::create_dir_all(&home).unwrap();
+        Proc {
+            config_path: home.join("ringd.toml"),
+            log_path: home.join("ringd.log"),
+            config,
+            child: None,
+        }
+    }
+
+    /// Prepares (does not start) a new member `id` that will join with `member add`.
+    pub fn joiner(&mut self, id: u64) -> usize {
+        let ports = Ports::reserve(2);
+        let n = ports.numbers();
+        let config = member_config(self.dir.path(), id, n[0], n[1], Vec::new(), &self.options);
+        ports.release();
+        self.procs.push(Self::proc_for(self.dir.path(), config));
+        self.procs.len() - 1
+    }
+
+    /// A client over all members.
+    pub fn client(&self) -> AdminClient {
+        AdminClient::new(self.procs.iter().map(Proc::admin).collect(), "test")
+            .unwrap()
+            .with_request_timeout(Duration::from_secs(20))
+    }
+
+    /// Index of the member with node id `id`.
+    pub fn index_of(&self, id: u64) -> usize {
+        self.procs
+            .iter()
+            .position(|p| p.config.id == id)
+            .unwrap_or_else(|| panic!("no member with id {id}"))
+    }
+
+    /// Waits until every running member in `among` agrees on one leader that is not in
+    /// `excluding`, and returns it.
+    pub async fn wait_leader(&self, among: &[usize], excluding: &[u64], timeout: Duration) -> u64 {
+        eventually(timeout, "members agree on a leader", || async {
+            let mut leader = None;
+            for &i in among {
+                let s = status(&self.procs[i]).await.ok()?;
+                if s.leader_id == 0 || excluding.contains(&s.leader_id) {
+                    return None;
+                }
+                if leader.is_some_and(|l| l != s.leader_id) {
+                    return None;
+                }
+                leader = Some(s.leader_id);
+            }
+            leader
+        })
+        .await
+    }
+
+    /// Runs the real `ringctl` against all members with `args`.
+    pub fn ringctl(&self, args: &[&str]) -> Output {
+        let endpoints: Vec<String> = self.procs.iter().map(Proc::admin).collect();
+        ringctl(&endpoints, args)
+    }
+
+    /// Concatenated logs of all members (for failure messages).
+    pub fn logs(&self) -> String {
+        self.procs
+            .iter()
+            .map(|p| format!("===== {} =====\n{}", p.config.name, p.log()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// Runs the real `ringctl` with `--endpoint` set to `endpoints`.
+pub fn ringctl(endpoints: &[String], args: &[&str]) -> Output {
+    Command::new(binary("ringctl"))
+        .arg("--endpoint")
+        .arg(endpoints.join(","))
+        .args(args)
+        .env_remove("RINGCTL_ENDPOINTS")
+        .output()
+        .expect("run ringctl")
+}
+
+/// The `Status` of one member.
+pub async fn status(p: &Proc) -> Result<pb::StatusResponse, garden_ring::admin::ClientError> {
+    p.client()
+        .call(
+            pb::StatusRequest {},
+            |mut c, r| async move { c.status(r).await },
+        )
+        .await
+}
+
+/// Polls `check` every 20 ms until it returns `Some`, or panics naming `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A control plane registration request with endpoints on members `a`, `b`, `c`.
+pub fn control_plane(name: &str, home: Option<&str>) -> pb::ControlPlaneAddRequest {
+    pb::ControlPlaneAddRequest {
+        name: name.into(),
+        home: home.unwrap_or_default().into(),
+        dns_name: format!("{name}.ring.test"),
+        endpoints: ["a", "b", "c"]
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.to_string(), format!("10.0.0.{}:443", i + 1)))
+            .collect(),
+        backup: format!("s3://backups/{name}"),
+        host: String::new(),
+        reason: "test".into(),
+    }
+}
+
+/// Registers a control plane through `client`; returns the commit index.
+pub async fn add_control_plane(
+    client: &AdminClient,
+    req: pb::ControlPlaneAddRequest,
+) -> Result<u64, garden_ring::admin::ClientError> {
+    client
+        .call(req, |mut c, r| async move { c.control_plane_add(r).await })
+        .await
+        .map(|r| r.index)
+}

@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use openraft::ServerState;
 use openraft::type_config::async_runtime::watch::WatchReceiver;
-use openraft::{ChangeMembers, ServerState};
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
@@ -21,6 +21,7 @@ use super::{ACTOR_HEADER, FORWARDED_HEADER};
 use crate::config::Timing;
 use crate::core::limits::MAX_PROPOSAL_BYTES;
 use crate::core::{Command, ControlPlaneSpec, Health, Member, MemberSpec, Proposal, Role};
+use crate::membership::MembershipChanger;
 use crate::pb;
 use crate::pb::admin_client::AdminClient as Grpc;
 use crate::raft::state_machine::Applied;
@@ -38,6 +39,7 @@ const DEFAULT_CATCH_UP: Duration = Duration::from_secs(30);
 pub struct AdminService {
     me: NodeId,
     raft: RaftNode,
+    membership: MembershipChanger,
     sm: StateMachineStore,
     timing: Timing,
     leader_channels: Mutex<HashMap<String, Channel>>,
@@ -45,10 +47,17 @@ pub struct AdminService {
 
 impl AdminService {
     /// The service of member `me`.
-    pub fn new(me: NodeId, raft: RaftNode, sm: StateMachineStore, timing: Timing) -> Self {
+    pub fn new(
+        me: NodeId,
+        raft: RaftNode,
+        membership: MembershipChanger,
+        sm: StateMachineStore,
+        timing: Timing,
+    ) -> Self {
         Self {
             me,
             raft,
+            membership,
             sm,
             timing,
             leader_channels: Mutex::new(HashMap::new()),
@@ -83,6 +92,25 @@ impl AdminService {
             })?;
         let leader = metrics.current_leader.expect("waited for a leader");
         if leader == self.me && metrics.state == ServerState::Leader {
+            // A new ring registers its founders right after the first election; commands that
+            // name members must wait for that, not fail with "unknown member".
+            let mut applied = self.sm.watch_applied();
+            let bootstrapped = tokio::time::timeout(wait, async {
+                loop {
+                    if self.read(|a| a.state.bootstrapped) {
+                        return;
+                    }
+                    if applied.changed().await.is_err() {
+                        return;
+                    }
+                }
+            })
+            .await;
+            if bootstrapped.is_err() || !self.read(|a| a.state.bootstrapped) {
+                return Err(Status::unavailable(
+                    "the ring has a leader but has not registered its founding members yet; retry",
+                ));
+            }
             return Ok(None);
         }
         if let Some(by) = request.metadata().get(FORWARDED_HEADER) {
@@ -337,7 +365,7 @@ impl pb::admin_server::Admin for AdminService {
         let index = self
             .propose(actor, req.reason, Command::AddMember(spec))
             .await?;
-        self.raft.add_learner(id, node, false).await.map_err(|e| {
+        self.membership.add_learner(id, node).await.map_err(|e| {
             raft_error(
                 "registered, but adding it as a Raft learner failed (it will be retried)",
                 e,
@@ -371,13 +399,14 @@ impl pb::admin_server::Admin for AdminService {
         }
         self.propose(actor, req.reason, Command::PromoteMember { id: target.id })
             .await?;
-        let resp = self
-            .raft
-            .change_membership(ChangeMembers::AddVoterIds([target.id].into()), false)
+        let index = self
+            .membership
+            .promote(target.id)
             .await
-            .map_err(|e| raft_error("promotion recorded, but the Raft configuration change failed (it will be retried)", e))?;
-        self.wait_applied(resp.log_id.index).await;
-        Ok(self.member_response(target.id, resp.log_id.index))
+            .map_err(|e| raft_error("promotion recorded, but the Raft configuration change failed (it will be retried)", e))?
+            .unwrap_or_else(|| self.read(Applied::applied_index));
+        self.wait_applied(index).await;
+        Ok(self.member_response(target.id, index))
     }
 
     async fn member_remove(
@@ -391,8 +420,16 @@ impl pb::admin_server::Admin for AdminService {
         let index = self
             .propose(actor, req.reason, Command::RemoveMember { id: target.id })
             .await?;
-        let index = remove_from_raft(&self.raft, target.id)
-            .await?
+        let index = self
+            .membership
+            .remove(target.id)
+            .await
+            .map_err(|e| {
+                raft_error(
+                    "removal recorded, but the Raft configuration change failed (it will be retried)",
+                    e,
+                )
+            })?
             .unwrap_or(index);
         self.wait_applied(index).await;
         Ok(Response::new(pb::MemberResponse {
@@ -549,25 +586,4 @@ impl pb::admin_server::Admin for AdminService {
             index,
         }))
     }
-}
-
-/// Removes `id` from the Raft configuration (as voter or learner). Returns the log index of the
-/// change, or `None` when it was not in the configuration.
-pub async fn remove_from_raft(raft: &RaftNode, id: NodeId) -> Result<Option<u64>, Status> {
-    let metrics = raft.metrics().borrow_watched().clone();
-    let membership = metrics.membership_config.membership();
-    let change = if membership.voter_ids().any(|v| v == id) {
-        ChangeMembers::RemoveVoters([id].into())
-    } else if membership.learner_ids().any(|l| l == id) {
-        ChangeMembers::RemoveNodes([id].into())
-    } else {
-        return Ok(None);
-    };
-    let resp = raft.change_membership(change, false).await.map_err(|e| {
-        raft_error(
-            "removal recorded, but the Raft configuration change failed (it will be retried)",
-            e,
-        )
-    })?;
-    Ok(Some(resp.log_id.index))
 }
