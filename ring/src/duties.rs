@@ -10,7 +10,14 @@
 //!    heartbeats), counted from this leader's own election for members it has not heard from
 //!    yet. A change (`healthy` -> `suspect` -> `lost`, and back) is committed as an event.
 //!
-//! Only the leader acts; the decisions themselves are small pure functions tested below.
+//!
+//! And what any other member does:
+//!
+//! 4. **Check it still belongs**: a member that has heard from no leader for `member_lost_ms`
+//!    pings its peers. A peer refuses a retired id with "member-removed", which stops `ringd`
+//!    (a removed learner would otherwise never find out: nobody sends it anything any more).
+//!
+//! The decisions themselves are small pure functions tested below.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -22,6 +29,8 @@ use tokio::sync::watch;
 use crate::config::Timing;
 use crate::core::{Command, Health, MemberSpec, Proposal, Role};
 use crate::membership::MembershipChanger;
+use crate::raft::network::PeerNetwork;
+use crate::raft::service::LeaderContact;
 use crate::raft::types::RaftMetricsOf;
 use crate::raft::{NodeId, RaftNode, StateMachineStore};
 
@@ -33,19 +42,37 @@ pub struct Duties {
     membership: MembershipChanger,
     state: StateMachineStore,
     timing: Timing,
+    network: PeerNetwork,
+    contact: LeaderContact,
     leader_since: Option<Instant>,
+    last_probe: Option<Instant>,
+    started: Instant,
+}
+
+/// The parts of a running member the duties work with.
+pub struct Parts {
+    /// The Raft node.
+    pub raft: RaftNode,
+    /// The only path to Raft configuration changes.
+    pub membership: MembershipChanger,
+    /// The applied state.
+    pub state: StateMachineStore,
+    /// Clients to the peers.
+    pub network: PeerNetwork,
+    /// When a leader last reached this member.
+    pub contact: LeaderContact,
 }
 
 impl Duties {
     /// Duties of member `me` (named `name`).
-    pub fn new(
-        me: NodeId,
-        name: String,
-        raft: RaftNode,
-        membership: MembershipChanger,
-        state: StateMachineStore,
-        timing: Timing,
-    ) -> Self {
+    pub fn new(me: NodeId, name: &str, timing: Timing, parts: Parts) -> Self {
+        let Parts {
+            raft,
+            membership,
+            state,
+            network,
+            contact,
+        } = parts;
         Self {
             me,
             actor: format!("ringd/{name}"),
@@ -53,7 +80,11 @@ impl Duties {
             membership,
             state,
             timing,
+            network,
+            contact,
             leader_since: None,
+            last_probe: None,
+            started: Instant::now(),
         }
     }
 
@@ -83,6 +114,7 @@ impl Duties {
         let metrics: RaftMetricsOf = self.raft.metrics().borrow_watched().clone();
         if metrics.state != ServerState::Leader {
             self.leader_since = None;
+            self.check_still_member(&metrics).await;
             return;
         }
         let since = *self.leader_since.get_or_insert_with(Instant::now);
@@ -120,13 +152,13 @@ impl Duties {
                 if let Err(e) = self.membership.add_learner(m.id, node).await {
                     tracing::debug!(member = m.id, "re-adding learner: {e}");
                 }
-            } else if m.wants_voter && m.role == Role::Learner && !voters.contains(&m.id) {
-                let caught_up = caught_up(&metrics, m.id);
-                if caught_up {
-                    if let Err(e) = self.membership.promote(m.id).await {
-                        tracing::debug!(member = m.id, "finishing promotion: {e}");
-                    }
-                }
+            } else if m.wants_voter
+                && m.role == Role::Learner
+                && !voters.contains(&m.id)
+                && caught_up(&metrics, m.id)
+                && let Err(e) = self.membership.promote(m.id).await
+            {
+                tracing::debug!(member = m.id, "finishing promotion: {e}");
             }
         }
         for id in in_raft.intersection(&applied.state.retired_ids) {
@@ -137,17 +169,21 @@ impl Duties {
 
         // 3. Judge health.
         for m in applied.state.members.values() {
-            let silent_ms = if m.id == self.me {
-                0
+            let (last_ack_ms, since_election_ms) = if m.id == self.me {
+                (Some(0), 0)
             } else {
-                silence_ms(&metrics, m.id, since)
+                contact_ms(&metrics, m.id, since)
             };
-            let health = judge(silent_ms, &self.timing);
+            let Some(health) = judge(last_ack_ms, since_election_ms, &self.timing) else {
+                continue;
+            };
             if health != m.health {
-                let reason = if m.id == self.me {
-                    "the leader itself".to_string()
-                } else {
-                    format!("last contact {silent_ms} ms ago")
+                let reason = match last_ack_ms {
+                    _ if m.id == self.me => "the leader itself".to_string(),
+                    Some(ms) => format!("last contact {ms} ms ago"),
+                    None => format!(
+                        "no contact since this leader was elected {since_election_ms} ms ago"
+                    ),
                 };
                 self.propose(Command::SetHealth { id: m.id, health }, reason)
                     .await;
@@ -156,19 +192,46 @@ impl Duties {
     }
 }
 
-/// How long the leader has not heard from member `id`, counting from the leader's own election
-/// when it has not heard from it at all.
-fn silence_ms(metrics: &RaftMetricsOf, id: NodeId, leader_since: Instant) -> u64 {
+impl Duties {
+    /// Pings the peers when no leader has been heard from for `member_lost_ms`, at most once
+    /// per `member_lost_ms`; see the module docs.
+    async fn check_still_member(&mut self, metrics: &RaftMetricsOf) {
+        let lost = Duration::from_millis(self.timing.member_lost_ms);
+        let silent = self
+            .contact
+            .since()
+            .unwrap_or_else(|| self.started.elapsed());
+        if silent < lost || self.last_probe.is_some_and(|at| at.elapsed() < lost) {
+            return;
+        }
+        self.last_probe = Some(Instant::now());
+        let timeout = Duration::from_millis(self.timing.election_timeout_max_ms.max(500));
+        let membership = metrics.membership_config.membership();
+        for (id, node) in membership.nodes() {
+            if *id == self.me {
+                continue;
+            }
+            let mut client = self.network.client(*id, node);
+            if let Err(e) = client.ping(timeout).await {
+                tracing::debug!(peer = id, "ping: {e}");
+            }
+        }
+    }
+}
+
+/// Milliseconds since member `id` last acknowledged this leader (`None` if it never has),
+/// and since this leader was elected.
+fn contact_ms(metrics: &RaftMetricsOf, id: NodeId, leader_since: Instant) -> (Option<u64>, u64) {
     use openraft::type_config::async_runtime::Instant as _;
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     let last_ack = metrics
         .heartbeat
         .as_ref()
         .and_then(|h| h.get(&id).cloned().flatten());
-    let elapsed = match last_ack {
-        Some(at) => at.elapsed(),
-        None => leader_since.elapsed(),
-    };
-    u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+    (
+        last_ack.map(|at| ms(at.elapsed())),
+        ms(leader_since.elapsed()),
+    )
 }
 
 fn caught_up(metrics: &RaftMetricsOf, id: NodeId) -> bool {
@@ -184,14 +247,26 @@ fn caught_up(metrics: &RaftMetricsOf, id: NodeId) -> bool {
         .is_some_and(|l| l.index >= committed)
 }
 
-/// Health from the time since last contact.
-pub fn judge(silent_ms: u64, timing: &Timing) -> Health {
-    if silent_ms >= timing.member_lost_ms {
-        Health::Lost
-    } else if silent_ms >= timing.member_suspect_ms {
-        Health::Suspect
-    } else {
-        Health::Healthy
+/// A member's health from the time since it last acknowledged the leader (`None`: never, in
+/// this leader's term) and the time since the leader was elected. Only an acknowledgement makes
+/// a member healthy; silence, counted from the election when there was no acknowledgement at all
+/// (DESIGN.md rule 2), makes it suspect and then lost. `None` means "too early to say".
+pub fn judge(last_ack_ms: Option<u64>, since_election_ms: u64, timing: &Timing) -> Option<Health> {
+    let by_silence = |ms: u64| {
+        if ms >= timing.member_lost_ms {
+            Health::Lost
+        } else if ms >= timing.member_suspect_ms {
+            Health::Suspect
+        } else {
+            Health::Healthy
+        }
+    };
+    match last_ack_ms {
+        Some(ms) => Some(by_silence(ms)),
+        None if since_election_ms >= timing.member_suspect_ms => {
+            Some(by_silence(since_election_ms))
+        }
+        None => None,
     }
 }
 
@@ -222,10 +297,23 @@ mod tests {
     #[test]
     fn health_thresholds() {
         let t = Timing::loopback();
-        assert_eq!(judge(0, &t), Health::Healthy);
-        assert_eq!(judge(t.member_suspect_ms - 1, &t), Health::Healthy);
-        assert_eq!(judge(t.member_suspect_ms, &t), Health::Suspect);
-        assert_eq!(judge(t.member_lost_ms - 1, &t), Health::Suspect);
-        assert_eq!(judge(t.member_lost_ms, &t), Health::Lost);
+        let (suspect, lost) = (t.member_suspect_ms, t.member_lost_ms);
+        assert_eq!(judge(Some(0), 0, &t), Some(Health::Healthy));
+        assert_eq!(
+            judge(Some(suspect - 1), lost * 9, &t),
+            Some(Health::Healthy)
+        );
+        assert_eq!(judge(Some(suspect), 0, &t), Some(Health::Suspect));
+        assert_eq!(judge(Some(lost - 1), 0, &t), Some(Health::Suspect));
+        assert_eq!(judge(Some(lost), 0, &t), Some(Health::Lost));
+    }
+
+    #[test]
+    fn silence_since_election_never_makes_a_member_healthy() {
+        let t = Timing::loopback();
+        assert_eq!(judge(None, 0, &t), None, "too early to judge");
+        assert_eq!(judge(None, t.member_suspect_ms - 1, &t), None);
+        assert_eq!(judge(None, t.member_suspect_ms, &t), Some(Health::Suspect));
+        assert_eq!(judge(None, t.member_lost_ms, &t), Some(Health::Lost));
     }
 }

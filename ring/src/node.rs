@@ -18,7 +18,7 @@ use crate::config::{Config, ConfigError};
 use crate::duties;
 use crate::membership::MembershipChanger;
 use crate::raft::network::{PeerNetwork, PeerPool};
-use crate::raft::service::PeerService;
+use crate::raft::service::{LeaderContact, PeerService};
 use crate::raft::storage::{self, OpenError};
 use crate::raft::{LogStore, MemberNode, NodeId, RaftNode, StateMachineStore};
 
@@ -44,6 +44,77 @@ pub enum StartError {
     /// Raft could not be started.
     #[error("cannot start raft: {0}")]
     Raft(String),
+    /// The ring knows this member, but its data directory is empty: its data was lost.
+    #[error(
+        "the ring already knows member {id} as one that was in contact, but the data directory {dir} is empty: \
+         this member lost its data and must not rejoin under the same id (its votes and log are gone). \
+         Remove it with `ringctl member remove {id}`, then add it back with a new id"
+    )]
+    DataLost {
+        /// The member id.
+        id: NodeId,
+        /// The empty data directory.
+        dir: std::path::PathBuf,
+    },
+    /// Peers report that this member was removed from the ring.
+    #[error("this member was removed from the ring: {0}")]
+    Removed(String),
+    /// The ring was formed without this member.
+    #[error(
+        "the ring reachable through initial_members was formed without member {0}; \
+         check initial_members, or join it with `ringctl member add`"
+    )]
+    NotAMember(NodeId),
+}
+
+/// What a founder with an empty data directory does, after asking the other founders.
+#[derive(Debug, PartialEq, Eq)]
+enum FounderStart {
+    /// Nobody has formed the ring yet: initialize it (every founder does the same).
+    Initialize,
+    /// The ring is formed and expects this member: just follow it.
+    Follow,
+}
+
+/// Asks the other founders how they see this member before an empty data directory forms or
+/// joins a ring. Safety: a member that lost its data must never come back under its old id.
+async fn founder_start(config: &Config, network: &PeerNetwork) -> Result<FounderStart, StartError> {
+    let timeout = std::time::Duration::from_millis(config.timing.election_timeout_max_ms.max(500));
+    let asks = config
+        .initial_members
+        .iter()
+        .filter(|m| m.id != config.id)
+        .map(|m| {
+            let node = MemberNode {
+                name: m.name.clone(),
+                zone: m.zone.clone(),
+                address: m.address.clone(),
+                admin_address: m.admin_address.clone(),
+            };
+            let mut client = network.client(m.id, &node);
+            async move { client.ping(timeout).await }
+        });
+    let replies = futures::future::join_all(asks).await;
+    if let Some(message) = network.pool().watch_removed().borrow().clone() {
+        return Err(StartError::Removed(message));
+    }
+    let mut start = FounderStart::Initialize;
+    for reply in replies.into_iter().flatten() {
+        if !reply.bootstrapped && reply.leader_id.is_none() && reply.applied_index == 0 {
+            continue;
+        }
+        match reply.registered {
+            Some(true) => {
+                return Err(StartError::DataLost {
+                    id: config.id,
+                    dir: config.data_dir.clone(),
+                });
+            }
+            None if reply.bootstrapped => return Err(StartError::NotAMember(config.id)),
+            Some(false) | None => start = FounderStart::Follow,
+        }
+    }
+    Ok(start)
 }
 
 /// A running member.
@@ -118,16 +189,73 @@ impl Member {
         let raft = RaftNode::new(
             id,
             Arc::new(raft_config(&config)?),
-            network,
+            network.clone(),
             log_store,
             state.clone(),
         )
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
 
+        let initialized = raft
+            .is_initialized()
+            .await
+            .map_err(|e| StartError::Raft(e.to_string()))?;
+        if !initialized && !config.initial_members.is_empty() {
+            match founder_start(&config, &network).await {
+                Ok(FounderStart::Initialize) => {
+                    let nodes: BTreeMap<NodeId, MemberNode> = config
+                        .initial_members
+                        .iter()
+                        .map(|m| {
+                            (
+                                m.id,
+                                MemberNode {
+                                    name: m.name.clone(),
+                                    zone: m.zone.clone(),
+                                    address: m.address.clone(),
+                                    admin_address: m.admin_address.clone(),
+                                },
+                            )
+                        })
+                        .collect();
+                    // Every founding member initializes with the same membership (openraft
+                    // elects one leader); one that finds the ring formed follows it instead.
+                    match raft.initialize(nodes).await {
+                        Ok(()) => tracing::info!(
+                            members = config.initial_members.len(),
+                            "forming the ring"
+                        ),
+                        Err(e) => tracing::info!("not initializing: {e}"),
+                    }
+                }
+                Ok(FounderStart::Follow) => {
+                    tracing::info!("the ring is formed already; following it as a founding member")
+                }
+                Err(e) => {
+                    let _ = raft.shutdown().await;
+                    return Err(e);
+                }
+            }
+        } else if !initialized {
+            let spec = config.member_spec();
+            tracing::info!(
+                "no ring in {} and no initial_members: waiting to be added; run \
+                 `ringctl member add --id {} --name {} --zone {} --address {} --admin-address {}` against the ring",
+                config.data_dir.display(),
+                spec.id,
+                spec.name,
+                spec.zone,
+                spec.address,
+                spec.admin_address
+            );
+        } else {
+            tracing::info!("resuming the ring from {}", config.data_dir.display());
+        }
+
         let (stop, stopped) = watch::channel(false);
         let mut tasks = Vec::new();
-        let peer = PeerService::new(id, raft.clone(), state.clone()).into_server();
+        let contact = LeaderContact::default();
+        let peer = PeerService::new(id, raft.clone(), state.clone(), contact.clone()).into_server();
         tasks.push(serve(
             "peer",
             peer_listener,
@@ -150,60 +278,18 @@ impl Member {
             move |mut server| server.add_service(admin),
         ));
 
-        let initialized = raft
-            .is_initialized()
-            .await
-            .map_err(|e| StartError::Raft(e.to_string()))?;
-        if !initialized {
-            if config.initial_members.is_empty() {
-                let spec = config.member_spec();
-                tracing::info!(
-                    "no ring in {} and no initial_members: waiting to be added; run \
-                     `ringctl member add --id {} --name {} --zone {} --address {} --admin-address {}` against the ring",
-                    config.data_dir.display(),
-                    spec.id,
-                    spec.name,
-                    spec.zone,
-                    spec.address,
-                    spec.admin_address
-                );
-            } else {
-                let nodes: BTreeMap<NodeId, MemberNode> = config
-                    .initial_members
-                    .iter()
-                    .map(|m| {
-                        (
-                            m.id,
-                            MemberNode {
-                                name: m.name.clone(),
-                                zone: m.zone.clone(),
-                                address: m.address.clone(),
-                                admin_address: m.admin_address.clone(),
-                            },
-                        )
-                    })
-                    .collect();
-                // Every founding member initializes with the same membership; openraft elects one
-                // leader. A member that finds the ring formed already just follows it.
-                match raft.initialize(nodes).await {
-                    Ok(()) => {
-                        tracing::info!(members = config.initial_members.len(), "forming the ring")
-                    }
-                    Err(e) => tracing::info!("not initializing: {e}"),
-                }
-            }
-        } else {
-            tracing::info!("resuming the ring from {}", config.data_dir.display());
-        }
-
         tasks.push(tokio::spawn(duties::run(
             duties::Duties::new(
                 id,
-                config.name.clone(),
-                raft.clone(),
-                membership,
-                state.clone(),
+                &config.name,
                 config.timing.clone(),
+                duties::Parts {
+                    raft: raft.clone(),
+                    membership,
+                    state: state.clone(),
+                    network,
+                    contact,
+                },
             ),
             stopped,
         )));

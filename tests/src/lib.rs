@@ -239,6 +239,15 @@ pub fn member_name(id: u64) -> String {
 impl Ring {
     /// Starts a ring with `options.members` founders.
     pub fn start(options: RingOptions) -> Self {
+        let mut ring = Self::prepare(options);
+        for p in &mut ring.procs {
+            p.spawn();
+        }
+        ring
+    }
+
+    /// Writes the configs of a ring with `options.members` founders without starting any.
+    pub fn prepare(options: RingOptions) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("ring-test-")
             .tempdir()
@@ -273,15 +282,11 @@ impl Ring {
             })
             .collect();
         ports.release();
-        let mut ring = Self {
+        Self {
             dir,
             procs,
             options,
-        };
-        for p in &mut ring.procs {
-            p.spawn();
         }
-        ring
     }
 
     fn proc_for(dir: &Path, config: Config) -> Proc {

@@ -9,8 +9,8 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Response, Status};
 
-use super::ACTOR_HEADER;
 use super::service::MAX_ADMIN_MESSAGE_BYTES;
+use super::{ACTOR_HEADER, RETRY_SAFE_HEADER};
 use crate::pb::admin_client::AdminClient as Grpc;
 
 /// Why an Admin call failed.
@@ -63,6 +63,9 @@ fn code_words(code: Code) -> &'static str {
     }
 }
 
+/// How long [`AdminClient::call`] keeps retrying requests the ring says are safe to retry.
+pub const RETRY_BUDGET: Duration = Duration::from_secs(10);
+
 /// An Admin API client over one or more endpoints.
 pub struct AdminClient {
     endpoints: Vec<String>,
@@ -105,10 +108,36 @@ impl AdminClient {
         &self.endpoints
     }
 
-    /// Calls `f` with a client for the first endpoint that can be reached. An endpoint that
-    /// refuses the connection or answers `UNAVAILABLE` before doing anything is skipped; any
-    /// other answer (success or error) is returned.
+    /// Calls `f` with a client for the first endpoint that can be reached (see
+    /// [`AdminClient::call_once`]). When a member answers that the request was certainly not
+    /// applied and may be retried (no leader yet, leadership moving), it is sent again with
+    /// backoff, for at most [`RETRY_BUDGET`].
     pub async fn call<T, F, Fut, M>(&self, message: M, mut f: F) -> Result<T, ClientError>
+    where
+        M: Clone,
+        F: FnMut(Grpc<Channel>, Request<M>) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>>,
+    {
+        let deadline = std::time::Instant::now() + RETRY_BUDGET;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match self.call_once(message.clone(), &mut f).await {
+                Err(ClientError::Status(s))
+                    if s.metadata().contains_key(RETRY_SAFE_HEADER)
+                        && std::time::Instant::now() + pause < deadline =>
+                {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Calls `f` once per endpoint until one answers. An endpoint that refuses the connection
+    /// or answers `UNAVAILABLE` before doing anything is skipped; any other answer (success or
+    /// error) is returned.
+    pub async fn call_once<T, F, Fut, M>(&self, message: M, f: &mut F) -> Result<T, ClientError>
     where
         M: Clone,
         F: FnMut(Grpc<Channel>, Request<M>) -> Fut,

@@ -17,3 +17,16 @@ pub use service::AdminService;
 pub const ACTOR_HEADER: &str = "x-ring-actor";
 /// Request header set on requests a member forwarded to the leader (prevents forwarding loops).
 pub const FORWARDED_HEADER: &str = "x-ring-forwarded-by";
+/// Response header on errors where the request was certainly not applied, so the client may
+/// send it again (no leader yet, leadership moved before the proposal was accepted, ...).
+pub const RETRY_SAFE_HEADER: &str = "x-ring-retry-safe";
+
+/// An `UNAVAILABLE` status that tells the client the request was not applied and can be retried.
+pub fn retry_safe(message: impl Into<String>) -> tonic::Status {
+    let mut status = tonic::Status::unavailable(message);
+    status.metadata_mut().insert(
+        RETRY_SAFE_HEADER,
+        tonic::metadata::MetadataValue::from_static("1"),
+    );
+    status
+}

@@ -17,7 +17,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 
 use super::convert::{command_error, control_plane, event, member, non_empty};
-use super::{ACTOR_HEADER, FORWARDED_HEADER};
+use super::{ACTOR_HEADER, FORWARDED_HEADER, retry_safe};
 use crate::config::Timing;
 use crate::core::limits::MAX_PROPOSAL_BYTES;
 use crate::core::{Command, ControlPlaneSpec, Health, Member, MemberSpec, Proposal, Role};
@@ -77,7 +77,10 @@ impl AdminService {
 
     /// Where a write must go: `None` when this member is the leader, else a client for the
     /// leader. Waits (bounded) for a leader to be known.
-    async fn route<T>(&self, request: &Request<T>) -> Result<Option<Grpc<Channel>>, Status> {
+    async fn route<T>(
+        &self,
+        request: &Request<T>,
+    ) -> Result<Option<(NodeId, Grpc<Channel>)>, Status> {
         let wait = Duration::from_millis(self.timing.election_timeout_max_ms * 4);
         let metrics = self
             .raft
@@ -85,7 +88,7 @@ impl AdminService {
             .metrics(|m| m.current_leader.is_some(), "a leader is known")
             .await
             .map_err(|_| {
-                Status::unavailable(format!(
+                retry_safe(format!(
                     "no leader elected within {} ms: is a majority of members up and connected?",
                     wait.as_millis()
                 ))
@@ -107,14 +110,14 @@ impl AdminService {
             })
             .await;
             if bootstrapped.is_err() || !self.read(|a| a.state.bootstrapped) {
-                return Err(Status::unavailable(
+                return Err(retry_safe(
                     "the ring has a leader but has not registered its founding members yet; retry",
                 ));
             }
             return Ok(None);
         }
         if let Some(by) = request.metadata().get(FORWARDED_HEADER) {
-            return Err(Status::unavailable(format!(
+            return Err(retry_safe(format!(
                 "request forwarded by member {} reached member {}, which is not the leader (leadership is moving); retry",
                 by.to_str().unwrap_or("?"),
                 self.me
@@ -126,9 +129,9 @@ impl AdminService {
             .get_node(&leader)
             .cloned()
             .ok_or_else(|| {
-                Status::unavailable(format!("leader {leader} has no known address yet; retry"))
+                retry_safe(format!("leader {leader} has no known address yet; retry"))
             })?;
-        Ok(Some(self.leader_client(&node)?))
+        Ok(Some((leader, self.leader_client(&node)?)))
     }
 
     fn leader_client(&self, node: &MemberNode) -> Result<Grpc<Channel>, Status> {
@@ -157,10 +160,25 @@ impl AdminService {
             .max_encoding_message_size(MAX_ADMIN_MESSAGE_BYTES))
     }
 
-    fn forwarded<T>(&self, request: Request<T>) -> Request<T> {
-        let (mut metadata, _, message) = request.into_parts();
+    /// A copy of `request` to forward to the leader, marked as forwarded by this member.
+    fn forwarded<T: Clone>(&self, request: &Request<T>) -> Request<T> {
+        let mut metadata = request.metadata().clone();
         metadata.insert(FORWARDED_HEADER, MetadataValue::from(self.me));
-        Request::from_parts(metadata, Default::default(), message)
+        Request::from_parts(metadata, Default::default(), request.get_ref().clone())
+    }
+
+    /// Waits (bounded) until a leader other than `old` is known; used when the leader a request
+    /// was forwarded to cannot be reached (it may have just died).
+    async fn wait_leader_change(&self, old: NodeId) {
+        let wait = Duration::from_millis(self.timing.election_timeout_max_ms * 4);
+        let _ = self
+            .raft
+            .wait(Some(wait))
+            .metrics(
+                move |m| m.current_leader.is_some_and(|l| l != old),
+                "a new leader",
+            )
+            .await;
     }
 
     /// Proposes `command` on this member, which must be the leader; returns the log index.
@@ -194,7 +212,16 @@ impl AdminService {
                     COMMIT_TIMEOUT.as_secs()
                 ))
             })?
-            .map_err(|e| Status::unavailable(format!("{action} not committed: {e}; retry")))?;
+            .map_err(|e| {
+                if e.forward_to_leader().is_some() {
+                    // Leadership moved before the proposal was accepted: it was not appended.
+                    retry_safe(format!("{action} not accepted: this member stopped leading; retry"))
+                } else {
+                    Status::unavailable(format!(
+                        "{action} outcome unknown: {e} (check `ringctl history` before retrying)"
+                    ))
+                }
+            })?;
         resp.data.map_err(|e| command_error(&e))?;
         Ok(resp.log_id.index)
     }
@@ -297,12 +324,38 @@ fn raft_error(action: &str, e: impl std::fmt::Display) -> Status {
 }
 
 /// Forwards the call to the leader when this member is not the leader.
+/// Forwards the call to the leader when this member is not the leader. When the leader cannot
+/// be reached (it may have just died), waits for a new one and tries again, a bounded number
+/// of times.
 macro_rules! to_leader {
     ($self:ident, $request:ident, $method:ident) => {
-        if let Some(mut leader) = $self.route(&$request).await? {
-            return leader.$method($self.forwarded($request)).await;
+        let mut attempts = 0;
+        while let Some((leader_id, mut leader)) = $self.route(&$request).await? {
+            match leader.$method($self.forwarded(&$request)).await {
+                Err(status) if leader_unreachable(&status) && attempts < MAX_FORWARD_ATTEMPTS => {
+                    attempts += 1;
+                    tracing::info!(
+                        leader = leader_id,
+                        "leader unreachable ({}); waiting for a new one",
+                        status.message()
+                    );
+                    $self.wait_leader_change(leader_id).await;
+                }
+                result => return result,
+            }
         }
     };
+}
+
+/// How often a write is re-forwarded after the leader turned out unreachable.
+const MAX_FORWARD_ATTEMPTS: u32 = 3;
+
+/// True when a forwarded call failed because the leader could not be reached at all.
+fn leader_unreachable(status: &Status) -> bool {
+    status.code() == tonic::Code::Unavailable
+        && (status.message().contains("transport error")
+            || status.message().contains("tcp connect")
+            || status.message().contains("connection"))
 }
 
 #[tonic::async_trait]

@@ -5,7 +5,8 @@
 //! the same state gives the same result on every member, every time. That property is what lets
 //! Raft replicate it and what lets tests drive it directly.
 //!
-//! The layers, each depending only on the ones above it:
+//! The modules (the state depends on commands, errors, history and placement; placement reads
+//! the state; nothing here depends on anything outside `core`):
 //! - [`limits`]: the bounds on everything (sizes, counts, lengths).
 //! - [`names`]: syntax checks for names, addresses, URLs and free text.
 //! - [`error`]: [`CommandError`](error::CommandError), why a command was refused.

@@ -3,8 +3,9 @@
 //!
 //! `apply` validates a command completely before it touches anything, so a refused command leaves
 //! the state exactly as it was. After every change [`RingState::check_invariants`] asserts the
-//! rules the rest of the system relies on (one host per control plane, never at home, epochs only
-//! grow, ids never reused).
+//! rules the rest of the system relies on (one host per control plane, never at home, a hosted
+//! control plane has an epoch of at least 1 and an endpoint on its host, unique names, retired ids
+//! never registered again).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -100,6 +101,9 @@ pub struct Member {
     pub wants_voter: bool,
     /// Health as last committed by the leader.
     pub health: Health,
+    /// Whether a leader has ever heard from it (it has been healthy at least once). A member
+    /// that comes back with an empty data directory while this is set has lost its data.
+    pub contacted: bool,
 }
 
 /// A registered control plane.
@@ -238,9 +242,12 @@ impl RingState {
         if self.bootstrapped {
             let same = members.len() == self.members.len()
                 && members.iter().all(|spec| {
-                    self.members
-                        .get(&spec.id)
-                        .is_some_and(|m| m.name == spec.name && m.zone == spec.zone)
+                    self.members.get(&spec.id).is_some_and(|m| {
+                        m.name == spec.name
+                            && m.zone == spec.zone
+                            && m.address == spec.address
+                            && m.admin_address == spec.admin_address
+                    })
                 });
             return if same {
                 Ok(None)
@@ -366,6 +373,7 @@ impl RingState {
         }
         let detail = format!("{} -> {}", member.health, health);
         member.health = health;
+        member.contacted |= health == Health::Healthy;
         Ok(Some(detail))
     }
 
@@ -488,6 +496,7 @@ fn new_member(spec: &MemberSpec, role: Role, wants_voter: bool) -> Member {
         role,
         wants_voter,
         health: Health::Unknown,
+        contacted: false,
     }
 }
 

@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
 use super::codec::{CODEC_VERSION, decode, encode};
-use super::types::{MemberNode, NodeId, SnapshotData, TypeConfig, Vote};
+use super::types::{MemberNode, NodeId, PingReply, SnapshotData, TypeConfig, Vote};
 use crate::pb;
 use crate::pb::raft_client::RaftClient;
 
@@ -116,6 +116,23 @@ impl PeerNetwork {
     }
 }
 
+impl PeerNetwork {
+    /// A client for one peer, outside openraft (for [`PeerClient::ping`]).
+    pub fn client(&self, target: NodeId, node: &MemberNode) -> PeerClient {
+        PeerClient {
+            me: self.me,
+            target,
+            node: node.clone(),
+            pool: self.pool.clone(),
+        }
+    }
+
+    /// The shared peer state.
+    pub fn pool(&self) -> &Arc<PeerPool> {
+        &self.pool
+    }
+}
+
 impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     type Network = PeerClient;
 
@@ -144,6 +161,12 @@ enum CallError {
 }
 
 impl CallError {
+    fn message(self) -> String {
+        match self {
+            CallError::Unreachable(m) | CallError::Network(m) => m,
+        }
+    }
+
     fn into_rpc(self) -> RPCError<TypeConfig> {
         match self {
             CallError::Unreachable(m) => RPCError::Unreachable(Unreachable::from_string(m)),
@@ -240,6 +263,17 @@ impl PeerClient {
                 status.message()
             ))),
         }
+    }
+
+    /// Asks the peer how it sees this member (see the `Ping` RPC). A peer that reports this
+    /// member removed also flips [`PeerPool::watch_removed`].
+    pub async fn ping(&mut self, timeout: Duration) -> Result<PingReply, String> {
+        let msg = self.message("ping", &()).map_err(|e| e.message())?;
+        let mut client = self.client().map_err(|e| e.message())?;
+        let mut req = tonic::Request::new(msg);
+        req.set_timeout(timeout);
+        let result = client.ping(req).await;
+        self.outcome(result, "ping reply").map_err(|e| e.message())
     }
 
     fn request<T>(msg: T, option: &RPCOption) -> tonic::Request<T> {
@@ -350,8 +384,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
 
     fn backoff(&self) -> Option<Backoff> {
         // 50 ms, doubling to a 2 s ceiling: fast when a peer restarts, quiet when it is gone.
-        let steps = (0..)
-            .map(|i: u32| Duration::from_millis(50u64.saturating_mul(1 << i.min(5)).min(2_000)));
+        let steps = (0..).map(|i: u32| Duration::from_millis((50u64 << i.min(6)).min(2_000)));
         Some(Backoff::new(steps))
     }
 }

@@ -9,26 +9,61 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::{Request, Response, Status, Streaming};
 
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use openraft::type_config::async_runtime::watch::WatchReceiver;
+
 use super::StateMachineStore;
 use super::codec::{CODEC_VERSION, decode, encode};
 use super::network::{MAX_PEER_MESSAGE_BYTES, REMOVED_MARKER};
-use super::types::{NodeId, RaftNode, SnapshotMeta, TypeConfig, Vote};
+use super::types::{NodeId, PingReply, RaftNode, SnapshotMeta, TypeConfig, Vote};
 use crate::pb;
 
 /// Largest snapshot a member accepts from a peer, in bytes.
 pub const MAX_SNAPSHOT_BYTES: u64 = 1024 * 1024 * 1024;
+
+/// When this member last heard from a leader (an AppendEntries or a snapshot).
+#[derive(Clone, Default)]
+pub struct LeaderContact(Arc<Mutex<Option<Instant>>>);
+
+impl LeaderContact {
+    fn touch(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+
+    /// Time since the last contact; `None` if there was none since start.
+    pub fn since(&self) -> Option<Duration> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map(|at| at.elapsed())
+    }
+}
 
 /// The `gardenring.v1.Raft` service of one member.
 pub struct PeerService {
     me: NodeId,
     raft: RaftNode,
     state: StateMachineStore,
+    contact: LeaderContact,
 }
 
 impl PeerService {
-    /// Serves `raft`, the Raft node of member `me`; `state` tells which ids were retired.
-    pub fn new(me: NodeId, raft: RaftNode, state: StateMachineStore) -> Self {
-        Self { me, raft, state }
+    /// Serves `raft`, the Raft node of member `me`; `state` tells which ids were retired;
+    /// `contact` records when a leader last reached this member.
+    pub fn new(
+        me: NodeId,
+        raft: RaftNode,
+        state: StateMachineStore,
+        contact: LeaderContact,
+    ) -> Self {
+        Self {
+            me,
+            raft,
+            state,
+            contact,
+        }
     }
 
     /// The tonic server for this service, with the peer message size limits.
@@ -120,6 +155,7 @@ impl pb::raft_server::Raft for PeerService {
         let from = msg.from;
         let req = self.open(msg, "append-entries request")?;
         let resp = self.raft.append_entries(req).await.map_err(stopped)?;
+        self.contact.touch();
         self.reply(from, "append-entries response", &resp)
     }
 
@@ -198,5 +234,22 @@ impl pb::raft_server::Raft for PeerService {
             .await
             .map_err(stopped)?;
         self.reply(from, "transfer-leader response", &resp)
+    }
+
+    async fn ping(
+        &self,
+        request: Request<pb::RaftMessage>,
+    ) -> Result<Response<pb::RaftMessage>, Status> {
+        let msg = request.into_inner();
+        let from = msg.from;
+        self.check_addressing(msg.from, msg.to, msg.codec)?;
+        let leader_id = self.raft.metrics().borrow_watched().current_leader;
+        let reply = self.state.read(|a| PingReply {
+            leader_id,
+            applied_index: a.applied_index(),
+            bootstrapped: a.state.bootstrapped,
+            registered: a.state.members.get(&from).map(|m| m.contacted),
+        });
+        self.reply(from, "ping reply", &reply)
     }
 }

@@ -27,6 +27,20 @@ impl fmt::Display for MemberNode {
     }
 }
 
+/// A member's answer to a peer's `Ping`: how it sees the ring and the peer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PingReply {
+    /// The leader the answering member knows of.
+    pub leader_id: Option<NodeId>,
+    /// Its applied index.
+    pub applied_index: u64,
+    /// Whether the ring has registered its founders.
+    pub bootstrapped: bool,
+    /// `None` when the asking member is not registered; else whether it has ever been in
+    /// contact with a leader (been judged healthy).
+    pub registered: Option<bool>,
+}
+
 /// The result of applying one proposal: refused commands are committed but change nothing.
 pub type ApplyResult = Result<(), CommandError>;
 

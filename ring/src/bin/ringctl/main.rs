@@ -264,8 +264,23 @@ fn say(text: &str) {
     }
 }
 
+/// Parses the command line; usage errors are one line (and exit status 2) like every other error.
+fn parse_cli() -> Cli {
+    match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("ringctl: error: {first} (see --help)");
+            std::process::exit(2);
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_cli();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -518,6 +533,9 @@ fn ringd_binary(explicit: Option<PathBuf>) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("ringd"))
 }
 
+const INTERRUPTED: &str =
+    "interrupted while the ring was starting; the members started so far were stopped";
+
 async fn demo(args: DemoArgs, out: Output) -> Result<(), Failure> {
     if args.stop {
         let dir = args.dir.expect("clap requires --dir with --stop");
@@ -539,9 +557,18 @@ async fn demo(args: DemoArgs, out: Output) -> Result<(), Failure> {
         timeout: Duration::from_secs(30),
         samples: !args.no_samples,
     };
-    let demo = Demo::start(opts)
-        .await
-        .map_err(|e| Failure(e.to_string()))?;
+    // Handlers first: a Ctrl-C while the ring starts must stop the members already started
+    // (they run in their own process group), not leave them behind.
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut sigint = signal(SignalKind::interrupt())
+        .map_err(|e| Failure(format!("installing the SIGINT handler: {e}")))?;
+    let mut sigterm = signal(SignalKind::terminate())
+        .map_err(|e| Failure(format!("installing the SIGTERM handler: {e}")))?;
+    let demo = tokio::select! {
+        started = Demo::start(opts) => started.map_err(|e| Failure(e.to_string()))?,
+        _ = sigint.recv() => return Err(Failure(INTERRUPTED.into())),
+        _ = sigterm.recv() => return Err(Failure(INTERRUPTED.into())),
+    };
     let client = demo.client();
     if args.detach {
         let demo = demo.detach();
@@ -576,7 +603,8 @@ async fn demo(args: DemoArgs, out: Output) -> Result<(), Failure> {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => break,
+            _ = sigint.recv() => break,
+            _ = sigterm.recv() => break,
             _ = tick.tick() => {
                 let text = match rpc!(client, status, pb::StatusRequest {}) {
                     Ok(s) => output::status(&s),

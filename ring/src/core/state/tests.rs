@@ -324,6 +324,23 @@ fn health_changes_are_recorded_once() {
         .map(|e| e.detail.clone())
         .collect();
     assert_eq!(details, ["unknown -> healthy", "healthy -> lost"]);
+    assert!(
+        state.members[&2].contacted,
+        "once healthy, always known to have been in contact"
+    );
+    state
+        .apply(
+            5,
+            &proposal(Command::SetHealth {
+                id: 3,
+                health: Health::Lost,
+            }),
+        )
+        .unwrap();
+    assert!(
+        !state.members[&3].contacted,
+        "lost without ever answering is not contact"
+    );
 }
 
 #[test]
@@ -350,4 +367,40 @@ fn apply_is_deterministic_and_history_bounded() {
     let json = serde_json::to_string(&one).unwrap();
     let back: RingState = serde_json::from_str(&json).unwrap();
     assert_eq!(back, one, "state survives a snapshot round trip");
+}
+
+#[test]
+fn placement_skips_joining_suspect_and_lost_members() {
+    let mut state = ring3();
+    state
+        .apply(2, &proposal(Command::AddMember(spec(4, "d", "zone-d"))))
+        .unwrap();
+    state
+        .apply(
+            3,
+            &proposal(Command::SetHealth {
+                id: 2,
+                health: Health::Suspect,
+            }),
+        )
+        .unwrap();
+    state
+        .apply(
+            4,
+            &proposal(Command::SetHealth {
+                id: 3,
+                health: Health::Lost,
+            }),
+        )
+        .unwrap();
+    let mut spec = cp("cp-x", None);
+    spec.endpoints.insert("d".into(), "10.0.0.4:443".into());
+    state
+        .apply(5, &proposal(Command::AddControlPlane(spec)))
+        .unwrap();
+    assert_eq!(
+        state.control_planes["cp-x"].host.as_deref(),
+        Some("a"),
+        "d is still joining, b suspect, c lost"
+    );
 }

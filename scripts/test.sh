@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Runs the whole garden-ring test suite on a fresh Debian machine (as root): installs what is
+# missing, then formatting, lints, a build of the binaries and every test.
+#
+# Environment:
+#   NEXTEST_PROFILE  nextest profile to use (optional; nextest reads it itself).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+banner() {
+    printf '\n==> %s\n' "$*"
+}
+
+apt_updated=0
+# Installs Debian packages (apt-get update runs once, on first use).
+apt_install() {
+    if [ "$apt_updated" -eq 0 ]; then
+        apt-get update
+        apt_updated=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
+}
+
+# Installs what the suite needs and is missing. Add system packages (etcd-server, bind9, ...)
+# here as the suite grows.
+ensure_tools() {
+    local packages=()
+    command -v cc >/dev/null 2>&1 || packages+=(build-essential)
+    if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+        export PATH="$HOME/.cargo/bin:$PATH"
+    fi
+    if ! command -v cargo >/dev/null 2>&1; then
+        command -v curl >/dev/null 2>&1 || packages+=(curl ca-certificates)
+    fi
+    if [ "${#packages[@]}" -gt 0 ]; then
+        banner "installing packages: ${packages[*]}"
+        apt_install "${packages[@]}"
+    fi
+
+    if ! command -v cargo >/dev/null 2>&1; then
+        banner "installing a Rust toolchain (rustup)"
+        curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+        export PATH="$HOME/.cargo/bin:$PATH"
+    fi
+    if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+        banner "adding rustup components: rustfmt clippy"
+        rustup component add rustfmt clippy
+    fi
+    if ! cargo nextest --version >/dev/null 2>&1; then
+        banner "installing cargo-nextest"
+        cargo install cargo-nextest --locked
+    fi
+}
+
+banner "checking tools"
+ensure_tools
+
+banner "cargo fmt --all --check"
+cargo fmt --all --check
+
+banner "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+banner "cargo build --workspace --bins (the integration tests start these binaries)"
+cargo build --workspace --bins
+
+banner "cargo nextest run --workspace --no-fail-fast${NEXTEST_PROFILE:+ (profile $NEXTEST_PROFILE)}"
+cargo nextest run --workspace --no-fail-fast
+
+banner "all checks passed"

@@ -1,0 +1,533 @@
+//! Bad input to `ringctl` and `ringd`: each gets one clear error line and a non-zero exit, and
+//! nothing is half-applied.
+
+use std::net::TcpListener;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use garden_ring_tests::{Ring, RingOptions, binary, member_config, status};
+
+fn stderr_line(out: &Output) -> String {
+    let text = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        !text.contains("panicked"),
+        "a panic is never an answer to bad input: {text}"
+    );
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "exactly one error line expected, got: {text}"
+    );
+    lines[0].to_string()
+}
+
+fn refused(out: Output, expect: &str) {
+    assert!(
+        !out.status.success(),
+        "expected failure containing {expect:?}, got success: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let line = stderr_line(&out);
+    assert!(
+        line.contains(expect),
+        "error line {line:?} should mention {expect:?}"
+    );
+}
+
+#[tokio::test]
+async fn ringctl_refuses_bad_input_and_changes_nothing() {
+    let ring = Ring::start(RingOptions::default());
+    ring.wait_leader(&[0, 1, 2], &[], Duration::from_secs(20))
+        .await;
+    let ok = ring.ringctl(&[
+        "cp",
+        "add",
+        "good",
+        "--dns-name",
+        "good.ring.test",
+        "--endpoint-on",
+        "b=10.0.0.2:443",
+        "--backup",
+        "s3://bkt/good",
+        "--home",
+        "a",
+    ]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+
+    let snapshot = |s: garden_ring::pb::StatusResponse| {
+        let members: Vec<_> = s
+            .members
+            .iter()
+            .map(|m| {
+                (
+                    m.id,
+                    m.name.clone(),
+                    m.zone.clone(),
+                    m.address.clone(),
+                    m.role.clone(),
+                )
+            })
+            .collect();
+        (members, s.control_planes, s.paused)
+    };
+    // Read-your-write on the member we compare with, before refusing anything.
+    garden_ring_tests::eventually(
+        Duration::from_secs(10),
+        "a applied the good write",
+        || async {
+            let s = status(&ring.procs[0]).await.ok()?;
+            s.control_planes
+                .iter()
+                .any(|c| c.name == "good")
+                .then_some(())
+        },
+    )
+    .await;
+    let before = snapshot(status(&ring.procs[0]).await.unwrap());
+    // Operator-visible history (the leader's own health reports may come and go meanwhile).
+    let operator_history = || {
+        let out = ring.ringctl(&["history", "--limit", "0", "--output", "json"]);
+        let events: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        events
+            .into_iter()
+            .filter(|e| e["action"] != "member.health")
+            .collect::<Vec<_>>()
+    };
+    let history_before = operator_history();
+
+    let add = |id: &str, name: &str, zone: &str, addr: &str, admin: &str| {
+        ring.ringctl(&[
+            "member",
+            "add",
+            "--id",
+            id,
+            "--name",
+            name,
+            "--zone",
+            zone,
+            "--address",
+            addr,
+            "--admin-address",
+            admin,
+            "--catch-up-timeout",
+            "1",
+        ])
+    };
+    refused(
+        add(
+            "9",
+            "Bad_Name",
+            "zone-x",
+            "127.0.0.1:9001",
+            "127.0.0.1:9002",
+        ),
+        "invalid member name",
+    );
+    refused(
+        add("9", "x-", "zone-x", "127.0.0.1:9001", "127.0.0.1:9002"),
+        "invalid member name",
+    );
+    refused(
+        add(
+            "9",
+            &"x".repeat(64),
+            "zone-x",
+            "127.0.0.1:9001",
+            "127.0.0.1:9002",
+        ),
+        "invalid member name",
+    );
+    refused(
+        add("9", "x", "Zone X", "127.0.0.1:9001", "127.0.0.1:9002"),
+        "invalid zone",
+    );
+    refused(
+        add("9", "x", "zone-x", "127.0.0.1", "127.0.0.1:9002"),
+        "invalid member address",
+    );
+    refused(
+        add("9", "x", "zone-x", "300.1.1.1:80", "127.0.0.1:9002"),
+        "invalid member address",
+    );
+    refused(
+        add("9", "x", "zone-x", "127.0.0.1:9001", "[::1:9002"),
+        "invalid member admin address",
+    );
+    refused(
+        add("9", "x", "zone-x", "127.0.0.1:9001", "127.0.0.1:9001"),
+        "must differ",
+    );
+    refused(
+        add("0", "x", "zone-x", "127.0.0.1:9001", "127.0.0.1:9002"),
+        "invalid member id",
+    );
+    refused(
+        add("1", "x", "zone-x", "127.0.0.1:9001", "127.0.0.1:9002"),
+        "member id 1 is already in use",
+    );
+    refused(
+        add("9", "a", "zone-x", "127.0.0.1:9001", "127.0.0.1:9002"),
+        "already used by member 1",
+    );
+    refused(
+        add(
+            "notanumber",
+            "x",
+            "zone-x",
+            "127.0.0.1:9001",
+            "127.0.0.1:9002",
+        ),
+        "invalid value",
+    );
+    refused(ring.ringctl(&["member", "remove", "zz"]), "unknown member");
+    refused(ring.ringctl(&["member", "promote", "99"]), "unknown member");
+    refused(
+        ring.ringctl(&["member", "remove", "b"]),
+        "hosts control planes good",
+    );
+
+    let cp = |args: &[&str]| {
+        let mut all = vec!["control-plane", "add"];
+        all.extend_from_slice(args);
+        ring.ringctl(&all)
+    };
+    refused(
+        cp(&[
+            "Bad",
+            "--dns-name",
+            "x.test",
+            "--endpoint-on",
+            "a=1.2.3.4:1",
+            "--backup",
+            "s3://bkt/x",
+        ]),
+        "invalid control plane name",
+    );
+    refused(
+        cp(&[
+            "x",
+            "--dns-name",
+            "x..test",
+            "--endpoint-on",
+            "a=1.2.3.4:1",
+            "--backup",
+            "s3://bkt/x",
+        ]),
+        "invalid DNS name",
+    );
+    refused(
+        cp(&[
+            "x",
+            "--dns-name",
+            "x.test",
+            "--endpoint-on",
+            "zz=1.2.3.4:1",
+            "--backup",
+            "s3://bkt/x",
+        ]),
+        "unknown member \"zz\"",
+    );
+    refused(
+        cp(&[
+            "x",
+            "--dns-name",
+            "x.test",
+            "--endpoint-on",
+            "a:1.2.3.4:1",
+            "--backup",
+            "s3://bkt/x",
+        ]),
+        "must be MEMBER=HOST:PORT",
+    );
+    refused(
+        cp(&[
+            "x",
+            "--dns-name",
+            "x.test",
+            "--endpoint-on",
+            "a=1.2.3.4",
+            "--backup",
+            "s3://bkt/x",
+        ]),
+        "invalid endpoint",
+    );
+    refused(
+        cp(&[
+            "x",
+            "--dns-name",
+            "x.test",
+            "--endpoint-on",
+            "a=1.2.3.4:1",
+            "--backup",
+            "s3://bkt/../../etc",
+        ]),
+        "invalid backup location",
+    );
+    refused(
+        cp(&[
+            "x",
+            "--dns-name",
+            "x.test",
+            "--endpoint-on",
+            "a=1.2.3.4:1",
+            "--backup",
+            "ftp://bkt/x",
+        ]),
+        "not supported",
+    );
+    refused(
+        cp(&[
+            "x",
+            "--dns-name",
+            "x.test",
+            "--endpoint-on",
+            "a=1.2.3.4:1",
+            "--backup",
+            "s3://bkt/x",
+            "--host",
+            "a",
+            "--home",
+            "a",
+        ]),
+        "never hosted at home",
+    );
+    refused(
+        cp(&[
+            "x",
+            "--dns-name",
+            "good.ring.test",
+            "--endpoint-on",
+            "a=1.2.3.4:1",
+            "--backup",
+            "s3://bkt/x",
+        ]),
+        "already used by control plane \"good\"",
+    );
+    refused(
+        cp(&[
+            "good",
+            "--dns-name",
+            "g2.test",
+            "--endpoint-on",
+            "a=1.2.3.4:1",
+            "--backup",
+            "s3://bkt/x",
+        ]),
+        "already exists",
+    );
+    refused(
+        ring.ringctl(&["cp", "get", "nope"]),
+        "unknown control plane",
+    );
+    refused(
+        ring.ringctl(&["cp", "remove", "nope"]),
+        "unknown control plane",
+    );
+    let long_reason = "r".repeat(600);
+    refused(
+        ring.ringctl(&["pause", "--reason", &long_reason]),
+        "invalid reason",
+    );
+    refused(
+        ring.ringctl(&["leader", "transfer", "--to", "zz"]),
+        "unknown member",
+    );
+    refused(
+        ring.ringctl(&["member", "add", "--id", "9"]),
+        "required arguments were not provided",
+    );
+    refused(ring.ringctl(&["frobnicate"]), "unrecognized subcommand");
+
+    let after = snapshot(status(&ring.procs[0]).await.unwrap());
+    assert_eq!(before, after, "refused commands changed the state");
+    let history_after = operator_history();
+    assert_eq!(
+        history_before, history_after,
+        "refused commands left history entries"
+    );
+
+    // An unreachable ring is one clear line too.
+    let out =
+        garden_ring_tests::ringctl(&["127.0.0.1:1".into(), "127.0.0.1:2".into()], &["status"]);
+    refused(out, "no member answered: 127.0.0.1:1");
+    let out = garden_ring_tests::ringctl(&["not a host".into()], &["status"]);
+    refused(out, "invalid endpoint");
+}
+
+fn ringd(args: &[&str]) -> Output {
+    Command::new(binary("ringd"))
+        .args(args)
+        .output()
+        .expect("run ringd")
+}
+
+fn write_config(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn ringd_refuses_bad_configs_with_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = member_config(
+        dir.path(),
+        1,
+        free_port(),
+        free_port(),
+        Vec::new(),
+        &RingOptions::default(),
+    );
+    let good_text = good.to_toml();
+    let good_path = write_config(dir.path(), "good.toml", &good_text);
+
+    let out = ringd(&["--check-config", "--config", &good_path]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    refused(
+        ringd(&["--config", "/nonexistent/ringd.toml"]),
+        "cannot read config file /nonexistent/ringd.toml",
+    );
+    let p = write_config(dir.path(), "garbage.toml", "\u{1}\u{2} this is [not toml");
+    refused(ringd(&["--config", &p]), "is not valid");
+    let p = write_config(
+        dir.path(),
+        "truncated.toml",
+        &good_text[..good_text.len() / 2],
+    );
+    refused(ringd(&["--config", &p]), "is not valid");
+    let p = write_config(
+        dir.path(),
+        "typo.toml",
+        &good_text.replace("zone =", "zoen ="),
+    );
+    refused(ringd(&["--config", &p]), "unknown field `zoen`");
+    let p = write_config(
+        dir.path(),
+        "badname.toml",
+        &good_text.replace("name = \"a\"", "name = \"A!\""),
+    );
+    refused(ringd(&["--config", &p]), "config name");
+    let p = write_config(
+        dir.path(),
+        "badaddr.toml",
+        &good_text.replace(
+            "listen_peer = \"127.0.0.1:",
+            "listen_peer = \"127.0.0.1:99999",
+        ),
+    );
+    refused(ringd(&["--config", &p]), "is not valid");
+    refused(
+        ringd(&["--config", &good_path, "--id", "0"]),
+        "config id: must be at least 1",
+    );
+
+    // The admin address is in use.
+    let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut cfg = good.clone();
+    cfg.listen_admin = busy.local_addr().unwrap();
+    let p = write_config(dir.path(), "busy.toml", &cfg.to_toml());
+    refused(ringd(&["--config", &p]), "already in use");
+    drop(busy);
+
+    // The data directory cannot be created (its parent is a file).
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let mut cfg = good.clone();
+    cfg.data_dir = file.join("data");
+    let p = write_config(dir.path(), "baddir.toml", &cfg.to_toml());
+    refused(ringd(&["--config", &p]), "data directory");
+
+    // A corrupt database file.
+    let mut cfg = good.clone();
+    cfg.data_dir = dir.path().join("corrupt");
+    std::fs::create_dir_all(&cfg.data_dir).unwrap();
+    std::fs::write(cfg.data_dir.join("ring.redb"), vec![0xAB; 4096]).unwrap();
+    let p = write_config(dir.path(), "corrupt.toml", &cfg.to_toml());
+    refused(ringd(&["--config", &p]), "ring.redb");
+}
+
+#[test]
+fn ringd_refuses_a_data_dir_of_another_member_or_in_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = RingOptions::default();
+    let one = member_config(
+        dir.path(),
+        1,
+        free_port(),
+        free_port(),
+        Vec::new(),
+        &options,
+    );
+    let p1 = write_config(dir.path(), "one.toml", &one.to_toml());
+    let mut first = Command::new(binary("ringd"))
+        .args(["--config", &p1])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until it holds its data directory (the database file exists and is locked).
+    let db = one.data_dir.join("ring.redb");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !db.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ringd did not create {}",
+            db.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut twin = one.clone();
+    twin.listen_admin = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    twin.listen_peer = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let p = write_config(dir.path(), "twin.toml", &twin.to_toml());
+    refused(ringd(&["--config", &p]), "in use by another process");
+    first.kill().unwrap();
+    first.wait().unwrap();
+
+    let mut other = twin.clone();
+    other.id = 2;
+    other.name = "b".into();
+    let p = write_config(dir.path(), "other.toml", &other.to_toml());
+    refused(ringd(&["--config", &p]), "belongs to member id 1");
+}
+
+#[test]
+fn shipped_example_configs_are_valid() {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&examples).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let out = ringd(&["--check-config", "--config", path.to_str().unwrap()]);
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            checked += 1;
+        }
+    }
+    assert!(
+        checked >= 2,
+        "expected the example configs in {}",
+        examples.display()
+    );
+}

@@ -1,0 +1,202 @@
+//! `ringctl demo`: the main job on one machine.
+
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use garden_ring_tests::{binary, eventually, ringctl};
+use serde_json::Value;
+
+/// A base port with the six ports of a three-member demo free (base+10i, base+10i+1).
+fn free_base() -> u16 {
+    for attempt in 0..200u16 {
+        let base = 20_000 + ((std::process::id() as u16).wrapping_mul(7) % 5_000) + attempt * 37;
+        let ports = [base, base + 1, base + 10, base + 11, base + 20, base + 21];
+        if ports
+            .iter()
+            .all(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        {
+            return base;
+        }
+    }
+    panic!("no free port range for the demo");
+}
+
+fn alive(pid: i64) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok()
+}
+
+#[tokio::test]
+async fn detached_demo_reports_its_members_and_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = free_base();
+    let out = Command::new(binary("ringctl"))
+        .args([
+            "demo",
+            "--detach",
+            "--output",
+            "json",
+            "--base-port",
+            &base.to_string(),
+            "--dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "demo failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let demo: Value = serde_json::from_slice(&out.stdout).expect("demo --output json prints JSON");
+    let members = demo["members"].as_array().unwrap();
+    assert_eq!(members.len(), 3);
+    let mut endpoints = Vec::new();
+    for (m, (name, zone)) in members
+        .iter()
+        .zip([("a", "zone-a"), ("b", "zone-b"), ("c", "zone-c")])
+    {
+        assert_eq!(m["name"], name);
+        assert_eq!(m["zone"], zone);
+        let pid = m["pid"].as_i64().unwrap();
+        assert!(alive(pid), "member {name} runs");
+        let pid_file = dir.path().join(name).join("ringd.pid");
+        assert_eq!(
+            std::fs::read_to_string(&pid_file).unwrap().trim(),
+            pid.to_string()
+        );
+        assert!(dir.path().join(name).join("ringd.toml").is_file());
+        assert!(std::path::Path::new(m["data_dir"].as_str().unwrap()).is_dir());
+        endpoints.push(m["admin_endpoint"].as_str().unwrap().to_string());
+    }
+    assert_eq!(endpoints[0], format!("127.0.0.1:{base}"));
+
+    let out = ringctl(&endpoints, &["status", "--output", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(s["leader_id"].as_u64().unwrap() >= 1);
+    assert!(s["term"].as_u64().unwrap() >= 1);
+    for m in s["members"].as_array().unwrap() {
+        for field in ["id", "name", "zone", "address", "role", "health"] {
+            assert!(!m[field].is_null(), "member field {field} missing in {m}");
+        }
+        assert_eq!(m["role"], "voter");
+    }
+    let cps = s["control_planes"].as_array().unwrap();
+    assert_eq!(cps.len(), 3, "the demo registers its sample control planes");
+    for cp in cps {
+        for field in ["name", "host", "epoch", "phase"] {
+            assert!(
+                !cp[field].is_null(),
+                "control plane field {field} missing in {cp}"
+            );
+        }
+        assert_ne!(cp["host"], cp["home"], "never hosted at home");
+    }
+
+    // A second demo in the same directory is refused while the first runs.
+    let again = Command::new(binary("ringctl"))
+        .args([
+            "demo",
+            "--detach",
+            "--base-port",
+            &base.to_string(),
+            "--dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already running"));
+
+    let stop = Command::new(binary("ringctl"))
+        .args(["demo", "--stop", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        stop.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stop.stderr)
+    );
+    for m in members {
+        assert!(
+            !alive(m["pid"].as_i64().unwrap()),
+            "member {} stopped",
+            m["name"]
+        );
+    }
+}
+
+#[tokio::test]
+async fn attached_demo_stops_its_members_on_ctrl_c() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = free_base();
+    let mut demo = Command::new(binary("ringctl"))
+        .args([
+            "demo",
+            "--no-samples",
+            "--base-port",
+            &base.to_string(),
+            "--dir",
+        ])
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for the demo to say the ring is up (it prints live status afterwards).
+    let stdout = demo.stdout.take().unwrap();
+    let up = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        let seen = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|l| l.contains("ring is up"));
+        // Keep draining so the demo never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        seen
+    });
+    assert!(
+        tokio::time::timeout(Duration::from_secs(30), up)
+            .await
+            .unwrap()
+            .unwrap(),
+        "demo never reported the ring up"
+    );
+    let endpoint = vec![format!("127.0.0.1:{base}")];
+    eventually(Duration::from_secs(10), "the demo ring answers", || async {
+        let out = ringctl(&endpoint, &["status", "--output", "json"]);
+        let s: Value = serde_json::from_slice(&out.stdout).ok()?;
+        (s["leader_id"].as_u64()? > 0).then_some(())
+    })
+    .await;
+    let pids: Vec<i64> = ["a", "b", "c"]
+        .iter()
+        .map(|n| {
+            std::fs::read_to_string(dir.path().join(n).join("ringd.pid"))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(demo.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = demo.wait().unwrap();
+    assert!(
+        status.success(),
+        "ringctl demo exits cleanly on Ctrl-C: {status}"
+    );
+    for pid in pids {
+        assert!(!alive(pid), "member {pid} stopped with the demo");
+    }
+}
