@@ -150,11 +150,16 @@ pub struct LogSettings {
 impl Default for LogSettings {
     fn default() -> Self {
         Self {
-            level: "info,openraft=warn".into(),
+            // openraft logs every failed heartbeat to an unreachable peer; ringd itself reports
+            // reachability, leadership and health changes once each.
+            level: DEFAULT_LOG_LEVEL.into(),
             format: LogFormat::Text,
         }
     }
 }
+
+/// The default log filter.
+pub const DEFAULT_LOG_LEVEL: &str = "info,openraft=error";
 
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]

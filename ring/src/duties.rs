@@ -47,6 +47,7 @@ pub struct Duties {
     leader_since: Option<Instant>,
     last_probe: Option<Instant>,
     started: Instant,
+    seen_leader: Option<(Option<NodeId>, u64)>,
 }
 
 /// The parts of a running member the duties work with.
@@ -85,6 +86,7 @@ impl Duties {
             leader_since: None,
             last_probe: None,
             started: Instant::now(),
+            seen_leader: None,
         }
     }
 
@@ -110,8 +112,24 @@ impl Duties {
         }
     }
 
+    /// Logs leadership changes once each (openraft's own logs are filtered by default).
+    fn note_leadership(&mut self, metrics: &RaftMetricsOf) {
+        let now = (metrics.current_leader, metrics.current_term);
+        if self.seen_leader != Some(now) {
+            match now.0 {
+                Some(leader) if leader == self.me => {
+                    tracing::info!(term = now.1, "this member is the leader")
+                }
+                Some(leader) => tracing::info!(term = now.1, leader, "following leader {leader}"),
+                None => tracing::info!(term = now.1, "no leader known"),
+            }
+            self.seen_leader = Some(now);
+        }
+    }
+
     async fn tick(&mut self) {
         let metrics: RaftMetricsOf = self.raft.metrics().borrow_watched().clone();
+        self.note_leadership(&metrics);
         if metrics.state != ServerState::Leader {
             self.leader_since = None;
             self.check_still_member(&metrics).await;
@@ -185,6 +203,7 @@ impl Duties {
                         "no contact since this leader was elected {since_election_ms} ms ago"
                     ),
                 };
+                tracing::info!(member = %m.name, id = m.id, "health {} -> {health}: {reason}", m.health);
                 self.propose(Command::SetHealth { id: m.id, health }, reason)
                     .await;
             }

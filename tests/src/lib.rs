@@ -224,7 +224,7 @@ pub fn member_config(
             keep_entries: options.snapshot_keep,
         },
         log: LogSettings {
-            level: "info,openraft=warn".into(),
+            level: garden_ring::config::DEFAULT_LOG_LEVEL.into(),
             ..LogSettings::default()
         },
         name,
