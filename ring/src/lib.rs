@@ -23,6 +23,7 @@
 #![deny(missing_docs)]
 
 pub mod admin;
+pub mod cli;
 pub mod config;
 pub mod core;
 pub mod demo;

@@ -310,6 +310,28 @@ impl Ring {
         self.procs.len() - 1
     }
 
+    /// Runs `ringctl member add` for member `i` (from its config), plus `extra` arguments.
+    pub fn ringctl_member_add(&self, i: usize, extra: &[&str]) -> Output {
+        let cfg = &self.procs[i].config;
+        let (id, address, admin) = (cfg.id.to_string(), cfg.peer_address(), cfg.admin_address());
+        let mut args = vec![
+            "member",
+            "add",
+            "--id",
+            &id,
+            "--name",
+            &cfg.name,
+            "--zone",
+            &cfg.zone,
+            "--address",
+            &address,
+            "--admin-address",
+            &admin,
+        ];
+        args.extend_from_slice(extra);
+        self.ringctl(&args)
+    }
+
     /// A client over all members.
     pub fn client(&self) -> AdminClient {
         AdminClient::new(self.procs.iter().map(Proc::admin).collect(), "test")

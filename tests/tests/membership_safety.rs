@@ -99,21 +99,7 @@ async fn a_removed_learner_finds_out_and_stops() {
     ring.wait_leader(&[0, 1, 2], &[], FORM).await;
     let e = ring.joiner(5);
     ring.procs[e].spawn();
-    let cfg = ring.procs[e].config.clone();
-    let out = ring.ringctl(&[
-        "member",
-        "add",
-        "--id",
-        "5",
-        "--name",
-        &cfg.name,
-        "--zone",
-        &cfg.zone,
-        "--address",
-        &cfg.peer_address(),
-        "--admin-address",
-        &cfg.admin_address(),
-    ]);
+    let out = ring.ringctl_member_add(e, &[]);
     assert!(
         out.status.success(),
         "{}",
@@ -126,7 +112,7 @@ async fn a_removed_learner_finds_out_and_stops() {
         String::from_utf8_lossy(&out.stderr)
     );
     // It hears from no leader any more; after member_lost_ms it asks its peers and stops.
-    let lost_ms = cfg.timing.member_lost_ms;
+    let lost_ms = ring.procs[e].config.timing.member_lost_ms;
     let exit = ring.procs[e].wait_exit(Duration::from_millis(lost_ms * 3 + 5_000));
     assert_eq!(
         exit.and_then(|s| s.code()),

@@ -99,6 +99,17 @@ async fn killing_the_leader_elects_a_new_one_and_the_old_one_catches_up() {
     let write_ms = killed_at.elapsed().as_millis();
     println!("first write after the kill committed {write_ms} ms after it");
 
+    // ringctl with the dead member's endpoint first moves on to the next one.
+    let mut endpoints = vec![ring.procs[victim].admin()];
+    endpoints.extend(survivors.iter().map(|&i| ring.procs[i].admin()));
+    let out = garden_ring_tests::ringctl(&endpoints, &["cp", "list", "--output", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"after\""));
+
     ring.procs[victim].spawn();
     wait_visible(&ring, victim, after, "after").await;
     wait_visible(&ring, victim, after, "before").await;
@@ -192,23 +203,7 @@ async fn a_fourth_member_joins_as_learner_is_promoted_and_removed() {
 
     let d = ring.joiner(4);
     ring.procs[d].spawn();
-    let cfg = ring.procs[d].config.clone();
-    let out = ring.ringctl(&[
-        "member",
-        "add",
-        "--id",
-        "4",
-        "--name",
-        &cfg.name,
-        "--zone",
-        &cfg.zone,
-        "--address",
-        &cfg.peer_address(),
-        "--admin-address",
-        &cfg.admin_address(),
-        "--reason",
-        "grow",
-    ]);
+    let out = ring.ringctl_member_add(d, &["--reason", "grow"]);
     assert!(
         out.status.success(),
         "member add failed: {}",

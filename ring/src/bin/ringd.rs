@@ -105,23 +105,8 @@ fn init_logging(config: &Config) {
     }
 }
 
-/// Parses the command line; usage errors are one line (and exit status 2).
-fn parse_args() -> Args {
-    match Args::try_parse() {
-        Ok(args) => args,
-        Err(e) if !e.use_stderr() => e.exit(),
-        Err(e) => {
-            let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("ringd: error: {first} (see --help)");
-            std::process::exit(2);
-        }
-    }
-}
-
 fn main() -> ExitCode {
-    let args = parse_args();
+    let args = garden_ring::cli::parse_or_exit::<Args>("ringd");
     let config = match load(&args) {
         Ok(c) => c,
         Err(e) => {

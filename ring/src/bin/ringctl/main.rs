@@ -264,23 +264,8 @@ fn say(text: &str) {
     }
 }
 
-/// Parses the command line; usage errors are one line (and exit status 2) like every other error.
-fn parse_cli() -> Cli {
-    match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => e.exit(),
-        Err(e) => {
-            let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("ringctl: error: {first} (see --help)");
-            std::process::exit(2);
-        }
-    }
-}
-
 fn main() -> ExitCode {
-    let cli = parse_cli();
+    let cli = garden_ring::cli::parse_or_exit::<Cli>("ringctl");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
