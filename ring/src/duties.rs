@@ -136,11 +136,18 @@ impl Duties {
             return;
         }
         let since = *self.leader_since.get_or_insert_with(Instant::now);
-        let applied = self.state.read(Clone::clone);
+        // Only what the duties need: never clone the control planes or the history per tick.
+        let (bootstrapped, members, retired_ids) = self.state.read(|a| {
+            (
+                a.state.bootstrapped,
+                a.state.members.clone(),
+                a.state.retired_ids.clone(),
+            )
+        });
         let membership = metrics.membership_config.membership().clone();
 
         // 1. Register the founders.
-        if !applied.state.bootstrapped {
+        if !bootstrapped {
             let members: Vec<MemberSpec> = membership
                 .nodes()
                 .map(|(id, n)| MemberSpec {
@@ -159,7 +166,7 @@ impl Duties {
         // 2. Converge the Raft configuration to the registry.
         let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
         let in_raft: BTreeSet<NodeId> = membership.nodes().map(|(id, _)| *id).collect();
-        for m in applied.state.members.values() {
+        for m in members.values() {
             if !in_raft.contains(&m.id) {
                 let node = crate::raft::MemberNode {
                     name: m.name.clone(),
@@ -179,14 +186,14 @@ impl Duties {
                 tracing::debug!(member = m.id, "finishing promotion: {e}");
             }
         }
-        for id in in_raft.intersection(&applied.state.retired_ids) {
+        for id in in_raft.intersection(&retired_ids) {
             if let Err(e) = self.membership.remove(*id).await {
                 tracing::debug!(member = id, "finishing removal: {e}");
             }
         }
 
         // 3. Judge health.
-        for m in applied.state.members.values() {
+        for m in members.values() {
             let (last_ack_ms, since_election_ms) = if m.id == self.me {
                 (Some(0), 0)
             } else {
