@@ -148,16 +148,7 @@ impl Duties {
 
         // 1. Register the founders.
         if !bootstrapped {
-            let members: Vec<MemberSpec> = membership
-                .nodes()
-                .map(|(id, n)| MemberSpec {
-                    id: *id,
-                    name: n.name.clone(),
-                    zone: n.zone.clone(),
-                    address: n.address.clone(),
-                    admin_address: n.admin_address.clone(),
-                })
-                .collect();
+            let members: Vec<MemberSpec> = membership.nodes().map(|(id, n)| n.spec(*id)).collect();
             self.propose(Command::Bootstrap { members }, "ring formed".into())
                 .await;
             return;
@@ -168,12 +159,7 @@ impl Duties {
         let in_raft: BTreeSet<NodeId> = membership.nodes().map(|(id, _)| *id).collect();
         for m in members.values() {
             if !in_raft.contains(&m.id) {
-                let node = crate::raft::MemberNode {
-                    name: m.name.clone(),
-                    zone: m.zone.clone(),
-                    address: m.address.clone(),
-                    admin_address: m.admin_address.clone(),
-                };
+                let node = crate::raft::MemberNode::from(&m.spec());
                 if let Err(e) = self.membership.add_learner(m.id, node).await {
                     tracing::debug!(member = m.id, "re-adding learner: {e}");
                 }

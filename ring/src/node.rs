@@ -15,6 +15,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::admin::AdminService;
 use crate::config::{Config, ConfigError};
+use crate::core::MemberSpec;
 use crate::duties;
 use crate::membership::MembershipChanger;
 use crate::raft::network::{PeerNetwork, PeerPool};
@@ -85,12 +86,7 @@ async fn founder_start(config: &Config, network: &PeerNetwork) -> Result<Founder
         .iter()
         .filter(|m| m.id != config.id)
         .map(|m| {
-            let node = MemberNode {
-                name: m.name.clone(),
-                zone: m.zone.clone(),
-                address: m.address.clone(),
-                admin_address: m.admin_address.clone(),
-            };
+            let node = MemberNode::from(&MemberSpec::from(m));
             let mut client = network.client(m.id, &node);
             async move { client.ping(timeout).await }
         });
@@ -206,17 +202,7 @@ impl Member {
                     let nodes: BTreeMap<NodeId, MemberNode> = config
                         .initial_members
                         .iter()
-                        .map(|m| {
-                            (
-                                m.id,
-                                MemberNode {
-                                    name: m.name.clone(),
-                                    zone: m.zone.clone(),
-                                    address: m.address.clone(),
-                                    admin_address: m.admin_address.clone(),
-                                },
-                            )
-                        })
+                        .map(|m| (m.id, MemberNode::from(&MemberSpec::from(m))))
                         .collect();
                     // Every founding member initializes with the same membership (openraft
                     // elects one leader); one that finds the ring formed follows it instead.

@@ -191,8 +191,9 @@ fn url(endpoint: &str) -> String {
     }
 }
 
-/// True for failures where the request never reached a working server.
-fn is_connection_failure(status: &Status) -> bool {
+/// True for failures where the request never reached a working server (used by the client to
+/// move to the next endpoint, and by a member forwarding to a leader that just died).
+pub(crate) fn is_connection_failure(status: &Status) -> bool {
     status.code() == Code::Unavailable
         && (status.message().contains("transport error")
             || status.message().contains("connection")

@@ -16,6 +16,7 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 
+use super::client::is_connection_failure;
 use super::convert::{command_error, control_plane, event, member, non_empty};
 use super::{ACTOR_HEADER, FORWARDED_HEADER, retry_safe};
 use crate::config::Timing;
@@ -332,7 +333,9 @@ macro_rules! to_leader {
         let mut attempts = 0;
         while let Some((leader_id, mut leader)) = $self.route(&$request).await? {
             match leader.$method($self.forwarded(&$request)).await {
-                Err(status) if leader_unreachable(&status) && attempts < MAX_FORWARD_ATTEMPTS => {
+                Err(status)
+                    if is_connection_failure(&status) && attempts < MAX_FORWARD_ATTEMPTS =>
+                {
                     attempts += 1;
                     tracing::info!(
                         leader = leader_id,
@@ -349,14 +352,6 @@ macro_rules! to_leader {
 
 /// How often a write is re-forwarded after the leader turned out unreachable.
 const MAX_FORWARD_ATTEMPTS: u32 = 3;
-
-/// True when a forwarded call failed because the leader could not be reached at all.
-fn leader_unreachable(status: &Status) -> bool {
-    status.code() == tonic::Code::Unavailable
-        && (status.message().contains("transport error")
-            || status.message().contains("tcp connect")
-            || status.message().contains("connection"))
-}
 
 #[tonic::async_trait]
 impl pb::admin_server::Admin for AdminService {
@@ -408,12 +403,7 @@ impl pb::admin_server::Admin for AdminService {
             admin_address: req.admin_address,
         };
         spec.validate().map_err(|e| command_error(&e))?;
-        let node = MemberNode {
-            name: spec.name.clone(),
-            zone: spec.zone.clone(),
-            address: spec.address.clone(),
-            admin_address: spec.admin_address.clone(),
-        };
+        let node = MemberNode::from(&spec);
         let id = spec.id;
         let index = self
             .propose(actor, req.reason, Command::AddMember(spec))

@@ -106,6 +106,19 @@ pub struct Member {
     pub contacted: bool,
 }
 
+impl Member {
+    /// What the member was registered with.
+    pub fn spec(&self) -> MemberSpec {
+        MemberSpec {
+            id: self.id,
+            name: self.name.clone(),
+            zone: self.zone.clone(),
+            address: self.address.clone(),
+            admin_address: self.admin_address.clone(),
+        }
+    }
+}
+
 /// A registered control plane.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ControlPlane {

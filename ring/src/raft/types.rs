@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::{CommandError, Proposal};
+use crate::core::{CommandError, MemberSpec, Proposal};
 
 pub use crate::core::NodeId;
 
@@ -19,6 +19,30 @@ pub struct MemberNode {
     pub address: String,
     /// Admin API address, `host:port`.
     pub admin_address: String,
+}
+
+impl From<&MemberSpec> for MemberNode {
+    fn from(spec: &MemberSpec) -> Self {
+        Self {
+            name: spec.name.clone(),
+            zone: spec.zone.clone(),
+            address: spec.address.clone(),
+            admin_address: spec.admin_address.clone(),
+        }
+    }
+}
+
+impl MemberNode {
+    /// The registration of node `id` as recorded in the Raft membership.
+    pub fn spec(&self, id: NodeId) -> MemberSpec {
+        MemberSpec {
+            id,
+            name: self.name.clone(),
+            zone: self.zone.clone(),
+            address: self.address.clone(),
+            admin_address: self.admin_address.clone(),
+        }
+    }
 }
 
 impl fmt::Display for MemberNode {
