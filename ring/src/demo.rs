@@ -325,6 +325,7 @@ impl Demo {
 
     async fn add_samples(&self) -> Result<(), DemoError> {
         let client = self.client();
+        let mut last_index = 0;
         for m in &self.members {
             let name = format!("cp-{}", m.name);
             let endpoints: BTreeMap<String, String> = self
@@ -353,13 +354,47 @@ impl Demo {
                 .call(req, |mut c, r| async move { c.control_plane_add(r).await })
                 .await
             {
-                Ok(_) => {}
+                Ok(resp) => last_index = last_index.max(resp.index),
                 Err(e) if e.code() == Some(tonic::Code::AlreadyExists) => {}
                 Err(e) => {
                     return Err(DemoError::Ring(format!(
                         "adding sample control plane {name}: {e}"
                     )));
                 }
+            }
+        }
+        self.wait_all_applied(last_index, Duration::from_secs(10))
+            .await
+    }
+
+    /// Waits until every member has applied `index`, so whichever member `ringctl` asks next
+    /// shows the same ring.
+    async fn wait_all_applied(&self, index: u64, timeout: Duration) -> Result<(), DemoError> {
+        let deadline = Instant::now() + timeout;
+        for m in &self.members {
+            let one = AdminClient::new(vec![m.admin_endpoint.clone()], "ringctl/demo")
+                .expect("demo endpoints are valid")
+                .with_request_timeout(Duration::from_secs(2));
+            loop {
+                let applied = one
+                    .call(
+                        pb::StatusRequest {},
+                        |mut c, r| async move { c.status(r).await },
+                    )
+                    .await
+                    .map(|s| s.applied_index)
+                    .unwrap_or(0);
+                if applied >= index {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    return Err(DemoError::Ring(format!(
+                        "member {} has applied index {applied}, not yet {index}, after {} s",
+                        m.name,
+                        timeout.as_secs()
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
         Ok(())
