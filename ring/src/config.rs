@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::names::{check_address, check_label};
 use crate::core::{MemberSpec, NodeId};
+use crate::tls::TlsFiles;
 
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -171,6 +172,27 @@ pub enum LogFormat {
     Json,
 }
 
+/// Mutual TLS for both ports (see `ringctl certs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSettings {
+    /// The CA bundle, this member's certificate and its key. Relative paths are relative to
+    /// the config file's directory.
+    #[serde(flatten)]
+    pub files: TlsFiles,
+    /// How often the three files are checked for changes, which are then loaded without a
+    /// restart.
+    #[serde(default = "default_reload_interval_ms")]
+    pub reload_interval_ms: u64,
+}
+
+fn default_reload_interval_ms() -> u64 {
+    1_000
+}
+
+/// Shortest accepted `tls.reload_interval_ms`.
+pub const MIN_RELOAD_INTERVAL_MS: u64 = 100;
+
 /// The whole configuration of one `ringd`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -207,6 +229,13 @@ pub struct Config {
     /// Logging.
     #[serde(default)]
     pub log: LogSettings,
+    /// Mutual TLS on both ports. Required unless `insecure = true`.
+    #[serde(default)]
+    pub tls: Option<TlsSettings>,
+    /// Run without TLS: no encryption and no authentication on either port. Only for a ring on
+    /// one machine or a lab network; `ringd` warns at start.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure: bool,
 }
 
 impl Config {
@@ -216,7 +245,11 @@ impl Config {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::parse(path, &text)
+        let mut config = Self::parse(path, &text)?;
+        if let (Some(tls), Some(dir)) = (&mut config.tls, path.parent()) {
+            tls.files = tls.files.relative_to(dir);
+        }
+        Ok(config)
     }
 
     /// Parses TOML text; `path` only names it in errors.
@@ -291,6 +324,28 @@ impl Config {
         }
         self.validate_timing()?;
         self.validate_initial_members()?;
+        match (&self.tls, self.insecure) {
+            (None, false) => {
+                return Err(invalid(
+                    "tls",
+                    "is required: set [tls] ca_file, cert_file and key_file (make them with `ringctl certs init`), \
+                     or set insecure = true to run without TLS (no encryption, no authentication)",
+                ));
+            }
+            (Some(_), true) => {
+                return Err(invalid(
+                    "insecure",
+                    "must not be true when [tls] is set; remove one of them",
+                ));
+            }
+            (Some(tls), false) if tls.reload_interval_ms < MIN_RELOAD_INTERVAL_MS => {
+                return Err(invalid(
+                    "tls.reload_interval_ms",
+                    format!("must be at least {MIN_RELOAD_INTERVAL_MS}"),
+                ));
+            }
+            _ => {}
+        }
         if self.snapshot.every_entries == 0 {
             return Err(invalid("snapshot.every_entries", "must be at least 1"));
         }
@@ -422,6 +477,11 @@ zone = "zone-b"
 address = "127.0.0.1:7411"
 admin_address = "127.0.0.1:7410"
 
+[tls]
+ca_file = "/etc/ring/ca.pem"
+cert_file = "/etc/ring/member-a.pem"
+key_file = "/etc/ring/member-a-key.pem"
+
 [timing]
 heartbeat_ms = 50
 election_timeout_min_ms = 150
@@ -490,6 +550,15 @@ member_lost_ms = 2000
                 GOOD.replace("zone = \"zone-a\"\naddress", "zone = \"zone-x\"\naddress"),
                 "initial_members",
             ),
+            (
+                GOOD.replace("[tls]", "[notls]")
+                    .replace("ca_file", "#")
+                    .replace("cert_file", "#")
+                    .replace("key_file", "#")
+                    .replace("[notls]", ""),
+                "tls",
+            ),
+            (format!("insecure = true\n{GOOD}"), "insecure"),
         ];
         for (text, field) in cases {
             match parse(&text) {

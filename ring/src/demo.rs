@@ -2,7 +2,11 @@
 //!
 //! Layout under the demo directory, one folder per member:
 //! `DIR/<name>/ringd.toml` (its config), `DIR/<name>/ringd.pid`, `DIR/<name>/ringd.log`,
-//! `DIR/<name>/data/` (its data directory). Member `i` (from 0) is named `a`, `b`, ... in zone
+//! `DIR/<name>/data/` (its data directory); `DIR/certs/` holds the ring's CA and the
+//! certificates of the members, of an admin (`admin-operator`) and of a viewer
+//! (`viewer-observer`); `DIR/ringctl.toml` is a client config for the admin certificate, so
+//! `RINGCTL_CONFIG=DIR/ringctl.toml ringctl status` talks to the demo ring over mutual TLS.
+//! Member `i` (from 0) is named `a`, `b`, ... in zone
 //! `zone-a`, `zone-b`, ..., with its Admin API on `base_port + 10*i` and its peer API on
 //! `base_port + 10*i + 1`. Starting a demo in a directory that already holds one resumes it from
 //! its data.
@@ -15,8 +19,10 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::admin::AdminClient;
-use crate::config::{Config, InitialMember, LogSettings, SnapshotSettings, Timing};
+use crate::client_config::ClientConfig;
+use crate::config::{Config, InitialMember, LogSettings, SnapshotSettings, Timing, TlsSettings};
 use crate::pb;
+use crate::tls::{Identity, Role, Security, TlsFiles, certs};
 
 /// Most members a demo starts.
 pub const MAX_DEMO_MEMBERS: usize = 9;
@@ -27,6 +33,9 @@ pub enum DemoError {
     /// Bad options.
     #[error("{0}")]
     Options(String),
+    /// Certificates could not be made or loaded.
+    #[error("demo certificates: {0}")]
+    Certs(String),
     /// A file or process operation failed.
     #[error("{what}: {source}")]
     Io {
@@ -78,6 +87,12 @@ pub struct Demo {
     pub members: Vec<DemoMember>,
     /// The leader's id once the ring formed.
     pub leader_id: u64,
+    /// The client config for `ringctl` (`RINGCTL_CONFIG`).
+    pub client_config: PathBuf,
+    /// Whether the ring runs with TLS.
+    pub tls: bool,
+    #[serde(skip)]
+    security: Security,
     #[serde(skip)]
     children: Vec<Child>,
 }
@@ -97,6 +112,48 @@ pub struct DemoOptions {
     pub timeout: Duration,
     /// Whether to register the sample control planes.
     pub samples: bool,
+    /// Run without TLS.
+    pub insecure: bool,
+}
+
+/// Makes (or reuses) the demo's certificates in `dir/certs`: a CA, one certificate per member,
+/// one admin and one viewer. Returns the directory.
+pub fn demo_certificates(dir: &Path, members: &[InitialMember]) -> Result<PathBuf, DemoError> {
+    let certs_dir = dir.join("certs");
+    let fail = |e: certs::CertsError| DemoError::Certs(e.to_string());
+    if !certs::ca_path(&certs_dir).exists() {
+        certs::init_ca(&certs_dir, certs::DEFAULT_CA_DAYS, false).map_err(fail)?;
+    }
+    let mut identities: Vec<Identity> = members
+        .iter()
+        .map(|m| Identity::new(Role::Member, &m.name))
+        .collect::<Result<_, _>>()
+        .map_err(|e| DemoError::Certs(e.to_string()))?;
+    identities.push(Identity::new(Role::Admin, "operator").expect("a valid name"));
+    identities.push(Identity::new(Role::Viewer, "observer").expect("a valid name"));
+    for identity in identities {
+        if !certs::paths(&certs_dir, &identity).0.exists() {
+            certs::issue(
+                &certs_dir,
+                &identity,
+                &["127.0.0.1".into(), "localhost".into()],
+                certs::DEFAULT_CERT_DAYS,
+                false,
+            )
+            .map_err(fail)?;
+        }
+    }
+    Ok(certs_dir)
+}
+
+/// The TLS files of `identity` in a certificates directory made by [`demo_certificates`].
+pub fn tls_files(certs_dir: &Path, identity: &Identity) -> TlsFiles {
+    let (cert_file, key_file) = certs::paths(certs_dir, identity);
+    TlsFiles {
+        ca_file: certs::ca_path(certs_dir),
+        cert_file,
+        key_file,
+    }
 }
 
 fn member_name(i: usize) -> String {
@@ -179,10 +236,42 @@ impl Demo {
             .canonicalize()
             .map_err(io(format!("resolving {}", dir.display())))?;
 
+        let certs_dir = if opts.insecure {
+            None
+        } else {
+            Some(demo_certificates(&dir, &founders)?)
+        };
+        let client_config = ClientConfig {
+            endpoints: founders.iter().map(|m| m.admin_address.clone()).collect(),
+            insecure: opts.insecure,
+            ..match &certs_dir {
+                Some(d) => {
+                    let files =
+                        tls_files(d, &Identity::new(Role::Admin, "operator").expect("valid"));
+                    ClientConfig {
+                        ca_file: Some(files.ca_file),
+                        cert_file: Some(files.cert_file),
+                        key_file: Some(files.key_file),
+                        ..ClientConfig::default()
+                    }
+                }
+                None => ClientConfig::default(),
+            }
+        };
+        let client_config_path = dir.join("ringctl.toml");
+        std::fs::write(&client_config_path, client_config.to_toml())
+            .map_err(io(format!("writing {}", client_config_path.display())))?;
+        let security = client_config
+            .security()
+            .map_err(|e| DemoError::Certs(e.to_string()))?;
+
         let mut demo = Demo {
             dir: dir.clone(),
             members: Vec::new(),
             leader_id: 0,
+            client_config: client_config_path,
+            tls: !opts.insecure,
+            security,
             children: Vec::new(),
         };
         for m in &founders {
@@ -201,6 +290,11 @@ impl Demo {
                 timing: Timing::loopback(),
                 snapshot: SnapshotSettings::default(),
                 log: LogSettings::default(),
+                tls: certs_dir.as_ref().map(|d| TlsSettings {
+                    files: tls_files(d, &Identity::new(Role::Member, &m.name).expect("valid")),
+                    reload_interval_ms: 1_000,
+                }),
+                insecure: opts.insecure,
             };
             config
                 .validate()
@@ -262,6 +356,7 @@ impl Demo {
                 .iter()
                 .map(|m| m.admin_endpoint.clone())
                 .collect(),
+            self.security.clone(),
             "ringctl/demo",
         )
         .expect("demo endpoints are valid")
@@ -372,9 +467,13 @@ impl Demo {
     async fn wait_all_applied(&self, index: u64, timeout: Duration) -> Result<(), DemoError> {
         let deadline = Instant::now() + timeout;
         for m in &self.members {
-            let one = AdminClient::new(vec![m.admin_endpoint.clone()], "ringctl/demo")
-                .expect("demo endpoints are valid")
-                .with_request_timeout(Duration::from_secs(2));
+            let one = AdminClient::new(
+                vec![m.admin_endpoint.clone()],
+                self.security.clone(),
+                "ringctl/demo",
+            )
+            .expect("demo endpoints are valid")
+            .with_request_timeout(Duration::from_secs(2));
             loop {
                 let applied = one
                     .call(

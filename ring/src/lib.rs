@@ -12,6 +12,8 @@
 //! | --- | --- | --- |
 //! | [`core`] | replicated state, commands, validation, placement | none: deterministic |
 //! | [`raft`] | openraft glue: type config, redb storage, peer network and service | disk, network |
+//! | [`tls`] | mutual TLS: identities, certificates, hot reload | files, network |
+//! | [`secret`] | secrets from files or the environment, never printed | files |
 //! | [`admin`] | the Admin gRPC service and its client | network |
 //! | [`config`] | `ringd`'s TOML configuration | reads one file |
 //! | [`membership`] | serialized, idempotent Raft configuration changes | raft |
@@ -24,6 +26,7 @@
 
 pub mod admin;
 pub mod cli;
+pub mod client_config;
 pub mod config;
 pub mod core;
 pub mod demo;
@@ -31,7 +34,9 @@ pub mod duties;
 pub mod membership;
 pub mod node;
 pub mod raft;
+pub mod secret;
 pub mod time;
+pub mod tls;
 
 /// Generated gRPC code for package `gardenring.v1` (see `proto/`).
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

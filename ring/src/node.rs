@@ -11,9 +11,9 @@ use openraft::SnapshotPolicy;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::admin::AdminService;
+use crate::admin::service::Transport;
 use crate::config::{Config, ConfigError};
 use crate::core::MemberSpec;
 use crate::duties;
@@ -22,6 +22,8 @@ use crate::raft::network::{PeerNetwork, PeerPool};
 use crate::raft::service::{LeaderContact, PeerService};
 use crate::raft::storage::{self, OpenError};
 use crate::raft::{LogStore, MemberNode, NodeId, RaftNode, StateMachineStore};
+use crate::tls::server::SeenCertificates;
+use crate::tls::{Identity, Role, Security, TlsError, TlsStore};
 
 /// Why a member could not start.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +47,9 @@ pub enum StartError {
     /// Raft could not be started.
     #[error("cannot start raft: {0}")]
     Raft(String),
+    /// The TLS files are unusable.
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
     /// The ring knows this member, but its data directory is empty: its data was lost.
     #[error(
         "the ring already knows member {id} as one that was in contact, but the data directory {dir} is empty: \
@@ -172,6 +177,23 @@ impl Member {
     pub async fn start(config: Config) -> Result<Self, StartError> {
         config.validate()?;
         let id = config.id;
+        let security = match &config.tls {
+            Some(tls) => {
+                let me =
+                    Identity::new(Role::Member, &config.name).map_err(|e| TlsError::Identity {
+                        path: tls.files.cert_file.clone(),
+                        source: e,
+                    })?;
+                Security::Tls(TlsStore::load(tls.files.clone(), Some(me))?)
+            }
+            None => {
+                tracing::warn!(
+                    "running WITHOUT TLS (insecure = true): anyone who can reach the peer and admin \
+                     ports can change the ring; use this only on one machine or a lab network"
+                );
+                Security::Insecure
+            }
+        };
         let db = storage::open(&config.data_dir, id)?;
         let peer_listener = bind("peer", config.listen_peer).await?;
         let admin_listener = bind("admin", config.listen_admin).await?;
@@ -180,7 +202,7 @@ impl Member {
         let state = StateMachineStore::open(db)
             .await
             .map_err(|e| StartError::Raft(format!("cannot load the state machine: {e}")))?;
-        let pool = Arc::new(PeerPool::default());
+        let pool = Arc::new(PeerPool::new(security.clone()));
         let network = PeerNetwork::new(id, pool.clone());
         let raft = RaftNode::new(
             id,
@@ -240,26 +262,53 @@ impl Member {
 
         let (stop, stopped) = watch::channel(false);
         let mut tasks = Vec::new();
+        if let (Some(store), Some(tls)) = (security.store(), &config.tls) {
+            tasks.push(tokio::spawn(store.clone().run_reloader(
+                std::time::Duration::from_millis(tls.reload_interval_ms),
+                stopped.clone(),
+            )));
+            tasks.push(tokio::spawn(reconnect_on_reload(
+                store.clone(),
+                pool.clone(),
+                stopped.clone(),
+            )));
+        }
         let contact = LeaderContact::default();
-        let peer = PeerService::new(id, raft.clone(), state.clone(), contact.clone()).into_server();
-        tasks.push(serve(
-            "peer",
-            peer_listener,
-            stopped.clone(),
-            move |mut server| server.add_service(peer),
-        ));
+        let seen = SeenCertificates::default();
         let membership = MembershipChanger::new(raft.clone());
-        let admin = AdminService::new(
+        let admin = Arc::new(AdminService::new(
             id,
             raft.clone(),
             membership.clone(),
             state.clone(),
             config.timing.clone(),
+            Transport {
+                pool: pool.clone(),
+                tls: security.store().cloned(),
+                seen: seen.clone(),
+            },
+        ));
+        let peer = PeerService::new(
+            id,
+            raft.clone(),
+            state.clone(),
+            contact.clone(),
+            seen,
+            admin.clone(),
         )
         .into_server();
         tasks.push(serve(
+            "peer",
+            peer_listener,
+            &security,
+            stopped.clone(),
+            move |mut server| server.add_service(peer),
+        ));
+        let admin = admin.server();
+        tasks.push(serve(
             "admin",
             admin_listener,
+            &security,
             stopped.clone(),
             move |mut server| server.add_service(admin),
         ));
@@ -312,9 +361,31 @@ impl Member {
     }
 }
 
+/// Drops the peer connections whenever new certificates are loaded, so that this member
+/// presents them to its peers from then on.
+async fn reconnect_on_reload(
+    store: Arc<TlsStore>,
+    pool: Arc<PeerPool>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut generation = store.watch();
+    loop {
+        tokio::select! {
+            changed = generation.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                pool.reconnect_all();
+            }
+            _ = stopped.wait_for(|s| *s) => return,
+        }
+    }
+}
+
 fn serve<F>(
     what: &'static str,
     listener: TcpListener,
+    security: &Security,
     mut stopped: watch::Receiver<bool>,
     add: F,
 ) -> JoinHandle<()>
@@ -322,9 +393,9 @@ where
     F: FnOnce(tonic::transport::Server) -> tonic::transport::server::Router,
 {
     let address = listener.local_addr().ok();
-    let router = add(tonic::transport::Server::builder().tcp_nodelay(true));
+    let router = add(tonic::transport::Server::builder());
+    let incoming = crate::tls::server::incoming(listener, security.clone(), what);
     tokio::spawn(async move {
-        let incoming = TcpListenerStream::new(listener);
         let shutdown = async move {
             let _ = stopped.wait_for(|s| *s).await;
         };

@@ -15,8 +15,12 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use garden_ring::admin::AdminClient;
-use garden_ring::config::{Config, InitialMember, LogSettings, SnapshotSettings, Timing};
+use garden_ring::client_config::ClientConfig;
+use garden_ring::config::{
+    Config, InitialMember, LogSettings, SnapshotSettings, Timing, TlsSettings,
+};
 use garden_ring::pb;
+use garden_ring::tls::{Identity, Role, Security, TlsFiles, certs};
 
 /// Path of a workspace binary (`ringd`, `ringctl`).
 pub fn binary(name: &str) -> PathBuf {
@@ -72,6 +76,8 @@ pub struct RingOptions {
     pub snapshot_every: u64,
     /// Entries kept behind a snapshot.
     pub snapshot_keep: u64,
+    /// Run without TLS.
+    pub insecure: bool,
 }
 
 impl Default for RingOptions {
@@ -80,8 +86,35 @@ impl Default for RingOptions {
             members: 3,
             snapshot_every: SnapshotSettings::default().every_entries,
             snapshot_keep: SnapshotSettings::default().keep_entries,
+            insecure: false,
         }
     }
+}
+
+/// The certificate directory of a test ring in `dir`.
+pub fn certs_dir(dir: &Path) -> PathBuf {
+    dir.join("certs")
+}
+
+/// The TLS files of `identity` in `certs_dir`, issuing the certificate (and the CA) if missing.
+pub fn ensure_cert(certs_dir: &Path, identity: &Identity) -> TlsFiles {
+    if !certs::ca_path(certs_dir).exists() {
+        certs::init_ca(certs_dir, 30, false).expect("make a CA");
+    }
+    let (cert_file, key_file) = certs::paths(certs_dir, identity);
+    if !cert_file.exists() {
+        certs::issue(certs_dir, identity, &[], 30, false).expect("issue a certificate");
+    }
+    TlsFiles {
+        ca_file: certs::ca_path(certs_dir),
+        cert_file,
+        key_file,
+    }
+}
+
+/// The identity of the test operator.
+pub fn admin_identity() -> Identity {
+    Identity::new(Role::Admin, "tester").unwrap()
 }
 
 /// One `ringd` process of a test ring.
@@ -92,6 +125,8 @@ pub struct Proc {
     pub config_path: PathBuf,
     /// Its combined stdout and stderr.
     pub log_path: PathBuf,
+    /// How test clients connect to it.
+    pub security: Security,
     child: Option<Child>,
 }
 
@@ -178,7 +213,7 @@ impl Proc {
 
     /// An Admin client for this member only.
     pub fn client(&self) -> AdminClient {
-        AdminClient::new(vec![self.admin()], "test")
+        AdminClient::new(vec![self.admin()], self.security.clone(), "test")
             .unwrap()
             .with_request_timeout(Duration::from_secs(20))
     }
@@ -196,6 +231,10 @@ pub struct Ring {
     pub dir: tempfile::TempDir,
     /// Its members, founders first.
     pub procs: Vec<Proc>,
+    /// `ringctl`'s client config for this ring (admin certificate, founders' endpoints).
+    pub client_config: PathBuf,
+    /// How test clients connect (the admin certificate, or no TLS).
+    pub security: Security,
     options: RingOptions,
 }
 
@@ -209,8 +248,17 @@ pub fn member_config(
     options: &RingOptions,
 ) -> Config {
     let name = member_name(id);
+    let tls = (!options.insecure).then(|| TlsSettings {
+        files: ensure_cert(
+            &certs_dir(dir),
+            &Identity::new(Role::Member, &name).unwrap(),
+        ),
+        reload_interval_ms: 200,
+    });
     Config {
         id,
+        tls,
+        insecure: options.insecure,
         zone: format!("zone-{name}"),
         data_dir: dir.join(&name).join("data"),
         listen_peer: format!("127.0.0.1:{peer_port}").parse().unwrap(),
@@ -267,6 +315,25 @@ impl Ring {
                 }
             })
             .collect();
+        let client = ClientConfig {
+            endpoints: founders.iter().map(|m| m.admin_address.clone()).collect(),
+            insecure: options.insecure,
+            ..match options.insecure {
+                true => ClientConfig::default(),
+                false => {
+                    let files = ensure_cert(&certs_dir(dir.path()), &admin_identity());
+                    ClientConfig {
+                        ca_file: Some(files.ca_file),
+                        cert_file: Some(files.cert_file),
+                        key_file: Some(files.key_file),
+                        ..ClientConfig::default()
+                    }
+                }
+            }
+        };
+        let client_config = dir.path().join("ringctl.toml");
+        std::fs::write(&client_config, client.to_toml()).unwrap();
+        let security = client.security().expect("test certificates load");
         let procs = (0..options.members)
             .map(|i| {
                 let id = i as u64 + 1;
@@ -278,23 +345,26 @@ impl Ring {
                     founders.clone(),
                     &options,
                 );
-                Self::proc_for(dir.path(), config)
+                Self::proc_for(dir.path(), config, &security)
             })
             .collect();
         ports.release();
         Self {
             dir,
             procs,
+            client_config,
+            security,
             options,
         }
     }
 
-    fn proc_for(dir: &Path, config: Config) -> Proc {
+    fn proc_for(dir: &Path, config: Config, security: &Security) -> Proc {
         let home = dir.join(&config.name);
         std::fs::create_dir_all(&home).unwrap();
         Proc {
             config_path: home.join("ringd.toml"),
             log_path: home.join("ringd.log"),
+            security: security.clone(),
             config,
             child: None,
         }
@@ -306,7 +376,8 @@ impl Ring {
         let n = ports.numbers();
         let config = member_config(self.dir.path(), id, n[0], n[1], Vec::new(), &self.options);
         ports.release();
-        self.procs.push(Self::proc_for(self.dir.path(), config));
+        self.procs
+            .push(Self::proc_for(self.dir.path(), config, &self.security));
         self.procs.len() - 1
     }
 
@@ -334,9 +405,13 @@ impl Ring {
 
     /// A client over all members.
     pub fn client(&self) -> AdminClient {
-        AdminClient::new(self.procs.iter().map(Proc::admin).collect(), "test")
-            .unwrap()
-            .with_request_timeout(Duration::from_secs(20))
+        AdminClient::new(
+            self.procs.iter().map(Proc::admin).collect(),
+            self.security.clone(),
+            "test",
+        )
+        .unwrap()
+        .with_request_timeout(Duration::from_secs(20))
     }
 
     /// Index of the member with node id `id`.
@@ -370,7 +445,7 @@ impl Ring {
     /// Runs the real `ringctl` against all members with `args`.
     pub fn ringctl(&self, args: &[&str]) -> Output {
         let endpoints: Vec<String> = self.procs.iter().map(Proc::admin).collect();
-        ringctl(&endpoints, args)
+        ringctl(&self.client_config, &endpoints, args)
     }
 
     /// Concatenated logs of all members (for failure messages).
@@ -383,13 +458,15 @@ impl Ring {
     }
 }
 
-/// Runs the real `ringctl` with `--endpoint` set to `endpoints`.
-pub fn ringctl(endpoints: &[String], args: &[&str]) -> Output {
+/// Runs the real `ringctl` with the client config `config` (through `RINGCTL_CONFIG`, as an
+/// operator would) and `--endpoint` set to `endpoints`.
+pub fn ringctl(config: &Path, endpoints: &[String], args: &[&str]) -> Output {
     Command::new(binary("ringctl"))
         .arg("--endpoint")
         .arg(endpoints.join(","))
         .args(args)
         .env_remove("RINGCTL_ENDPOINTS")
+        .env("RINGCTL_CONFIG", config)
         .output()
         .expect("run ringctl")
 }

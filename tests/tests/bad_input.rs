@@ -352,10 +352,13 @@ async fn ringctl_refuses_bad_input_and_changes_nothing() {
     );
 
     // An unreachable ring is one clear line too.
-    let out =
-        garden_ring_tests::ringctl(&["127.0.0.1:1".into(), "127.0.0.1:2".into()], &["status"]);
+    let out = garden_ring_tests::ringctl(
+        &ring.client_config,
+        &["127.0.0.1:1".into(), "127.0.0.1:2".into()],
+        &["status"],
+    );
     refused(out, "no member answered: 127.0.0.1:1");
-    let out = garden_ring_tests::ringctl(&["not a host".into()], &["status"]);
+    let out = garden_ring_tests::ringctl(&ring.client_config, &["not a host".into()], &["status"]);
     refused(out, "invalid endpoint");
 }
 
@@ -504,6 +507,12 @@ fn ringd_refuses_a_data_dir_of_another_member_or_in_use() {
     let mut other = twin.clone();
     other.id = 2;
     other.name = "b".into();
+    if let Some(tls) = &mut other.tls {
+        tls.files = garden_ring_tests::ensure_cert(
+            &garden_ring_tests::certs_dir(dir.path()),
+            &garden_ring::tls::Identity::new(garden_ring::tls::Role::Member, "b").unwrap(),
+        );
+    }
     let p = write_config(dir.path(), "other.toml", &other.to_toml());
     refused(ringd(&["--config", &p]), "belongs to member id 1");
 }
@@ -512,10 +521,22 @@ fn ringd_refuses_a_data_dir_of_another_member_or_in_use() {
 fn shipped_example_configs_are_valid() {
     let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples");
     let mut checked = 0;
+    // The examples name their certificates relative to themselves: check each copy next to a
+    // freshly made set (a, b, c founders; d joins).
+    let dir = tempfile::tempdir().unwrap();
+    let certs = garden_ring_tests::certs_dir(dir.path());
+    for name in ["a", "b", "c", "d"] {
+        garden_ring_tests::ensure_cert(
+            &certs,
+            &garden_ring::tls::Identity::new(garden_ring::tls::Role::Member, name).unwrap(),
+        );
+    }
     for entry in std::fs::read_dir(&examples).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
-            let out = ringd(&["--check-config", "--config", path.to_str().unwrap()]);
+            let copy = dir.path().join(path.file_name().unwrap());
+            std::fs::copy(&path, &copy).unwrap();
+            let out = ringd(&["--check-config", "--config", copy.to_str().unwrap()]);
             assert!(
                 out.status.success(),
                 "{}: {}",

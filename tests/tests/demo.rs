@@ -71,13 +71,36 @@ async fn detached_demo_reports_its_members_and_stops() {
     }
     assert_eq!(endpoints[0], format!("127.0.0.1:{base}"));
 
-    let out = ringctl(&endpoints, &["status", "--output", "json"]);
+    // The demo wrote a client config naming its endpoints and the admin certificate:
+    // `RINGCTL_CONFIG=DIR/ringctl.toml ringctl status` just works, over mutual TLS.
+    let client_config = std::path::PathBuf::from(demo["client_config"].as_str().unwrap());
+    assert_eq!(
+        client_config,
+        dir.path().canonicalize().unwrap().join("ringctl.toml")
+    );
+    assert_eq!(demo["tls"], true);
+    let out = Command::new(binary("ringctl"))
+        .args(["status", "--output", "json"])
+        .env("RINGCTL_CONFIG", &client_config)
+        .env_remove("RINGCTL_ENDPOINTS")
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        s["tls"]["identity"]
+            .as_str()
+            .unwrap()
+            .starts_with("member:"),
+        "status names the member's certificate: {s}"
+    );
+    // The same endpoints without a certificate are refused.
+    let plain = ringctl(&client_config, &endpoints, &["status", "--insecure"]);
+    assert!(!plain.status.success());
     assert!(s["leader_id"].as_u64().unwrap() >= 1);
     assert!(s["term"].as_u64().unwrap() >= 1);
     for m in s["members"].as_array().unwrap() {
@@ -171,7 +194,11 @@ async fn attached_demo_stops_its_members_on_ctrl_c() {
     );
     let endpoint = vec![format!("127.0.0.1:{base}")];
     eventually(Duration::from_secs(10), "the demo ring answers", || async {
-        let out = ringctl(&endpoint, &["status", "--output", "json"]);
+        let out = ringctl(
+            &dir.path().join("ringctl.toml"),
+            &endpoint,
+            &["status", "--output", "json"],
+        );
         let s: Value = serde_json::from_slice(&out.stdout).ok()?;
         (s["leader_id"].as_u64()? > 0).then_some(())
     })

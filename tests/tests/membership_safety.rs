@@ -57,6 +57,13 @@ async fn a_founder_that_lost_its_data_refuses_to_rejoin_and_is_replaced() {
     replacement.id = 4;
     replacement.name = "c2".into();
     replacement.initial_members.clear();
+    // A new member name needs its own certificate.
+    if let Some(tls) = &mut replacement.tls {
+        tls.files = garden_ring_tests::ensure_cert(
+            &garden_ring_tests::certs_dir(ring.dir.path()),
+            &garden_ring::tls::Identity::new(garden_ring::tls::Role::Member, "c2").unwrap(),
+        );
+    }
     ring.procs[2].config = replacement.clone();
     ring.procs[2].spawn();
     let out = ring.ringctl(&[

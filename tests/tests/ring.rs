@@ -102,7 +102,11 @@ async fn killing_the_leader_elects_a_new_one_and_the_old_one_catches_up() {
     // ringctl with the dead member's endpoint first moves on to the next one.
     let mut endpoints = vec![ring.procs[victim].admin()];
     endpoints.extend(survivors.iter().map(|&i| ring.procs[i].admin()));
-    let out = garden_ring_tests::ringctl(&endpoints, &["cp", "list", "--output", "json"]);
+    let out = garden_ring_tests::ringctl(
+        &ring.client_config,
+        &endpoints,
+        &["cp", "list", "--output", "json"],
+    );
     assert!(
         out.status.success(),
         "{}",

@@ -12,6 +12,8 @@ use tonic::{Code, Request, Response, Status};
 use super::service::MAX_ADMIN_MESSAGE_BYTES;
 use super::{ACTOR_HEADER, RETRY_SAFE_HEADER};
 use crate::pb::admin_client::AdminClient as Grpc;
+use crate::tls::Security;
+use crate::tls::client::{Expect, connect};
 
 /// Why an Admin call failed.
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +71,7 @@ pub const RETRY_BUDGET: Duration = Duration::from_secs(10);
 /// An Admin API client over one or more endpoints.
 pub struct AdminClient {
     endpoints: Vec<String>,
+    security: Security,
     actor: String,
     connect_timeout: Duration,
     request_timeout: Duration,
@@ -77,19 +80,27 @@ pub struct AdminClient {
 }
 
 impl AdminClient {
-    /// A client for `endpoints` (`host:port`, or `http://host:port`) acting as `actor`.
-    pub fn new(endpoints: Vec<String>, actor: impl Into<String>) -> Result<Self, ClientError> {
+    /// A client for `endpoints` (`host:port`) using `security`. Without TLS it claims to be
+    /// `actor`; with TLS the ring takes the actor from the client certificate.
+    pub fn new(
+        endpoints: Vec<String>,
+        security: Security,
+        actor: impl Into<String>,
+    ) -> Result<Self, ClientError> {
         if endpoints.is_empty() {
             return Err(ClientError::NoEndpoints);
         }
         for e in &endpoints {
-            Endpoint::from_shared(url(e)).map_err(|err| ClientError::BadEndpoint {
-                endpoint: e.clone(),
-                why: err.to_string(),
+            Endpoint::from_shared(format!("http://{}", address(e))).map_err(|err| {
+                ClientError::BadEndpoint {
+                    endpoint: e.clone(),
+                    why: err.to_string(),
+                }
             })?;
         }
         Ok(Self {
             endpoints,
+            security,
             actor: actor.into(),
             connect_timeout: Duration::from_secs(1),
             request_timeout: Duration::from_secs(60),
@@ -148,12 +159,14 @@ impl AdminClient {
         for offset in 0..self.endpoints.len() {
             let i = (start + offset) % self.endpoints.len();
             let endpoint = &self.endpoints[i];
-            let channel = match Endpoint::from_shared(url(endpoint))
-                .expect("validated in new")
-                .connect_timeout(self.connect_timeout)
-                .timeout(self.request_timeout)
-                .connect()
-                .await
+            let channel = match connect(
+                address(endpoint),
+                &self.security,
+                Expect::AnyMember,
+                self.connect_timeout,
+                |e| e.timeout(self.request_timeout),
+            )
+            .await
             {
                 Ok(c) => c,
                 Err(e) => {
@@ -183,21 +196,27 @@ impl AdminClient {
     }
 }
 
-fn url(endpoint: &str) -> String {
-    if endpoint.starts_with("http://") || endpoint.starts_with("https://") {
-        endpoint.to_string()
-    } else {
-        format!("http://{endpoint}")
-    }
+/// `host:port` of an endpoint given as `host:port` or `http(s)://host:port`.
+fn address(endpoint: &str) -> &str {
+    endpoint
+        .strip_prefix("https://")
+        .or_else(|| endpoint.strip_prefix("http://"))
+        .unwrap_or(endpoint)
 }
 
 /// True for failures where the request never reached a working server (used by the client to
 /// move to the next endpoint, and by a member forwarding to a leader that just died).
 pub(crate) fn is_connection_failure(status: &Status) -> bool {
+    let message = status.message().to_ascii_lowercase();
     status.code() == Code::Unavailable
-        && (status.message().contains("transport error")
-            || status.message().contains("connection")
-            || status.message().contains("tcp connect"))
+        && [
+            "transport error",
+            "connection",
+            "tcp connect",
+            "tls handshake",
+        ]
+        .iter()
+        .any(|m| message.contains(m))
 }
 
 fn describe_transport(e: &tonic::transport::Error) -> String {

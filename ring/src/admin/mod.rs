@@ -6,6 +6,7 @@
 //! - [`client`]: a client that takes several endpoints and tries the next when one is down.
 //! - [`convert`]: core types to protobuf messages, and command errors to gRPC status codes.
 
+pub mod auth;
 pub mod client;
 pub mod convert;
 pub mod service;
@@ -13,10 +14,9 @@ pub mod service;
 pub use client::{AdminClient, ClientError};
 pub use service::AdminService;
 
-/// Request header naming who is asking (recorded in history as the actor).
+/// Request header naming who is asking, recorded in history as the actor when the ring runs
+/// without TLS (with TLS, the actor is the client certificate's identity).
 pub const ACTOR_HEADER: &str = "x-ring-actor";
-/// Request header set on requests a member forwarded to the leader (prevents forwarding loops).
-pub const FORWARDED_HEADER: &str = "x-ring-forwarded-by";
 /// Response header on errors where the request was certainly not applied, so the client may
 /// send it again (no leader yet, leadership moved before the proposal was accepted, ...).
 pub const RETRY_SAFE_HEADER: &str = "x-ring-retry-safe";

@@ -1,33 +1,39 @@
 //! The Admin gRPC service of one member.
 //!
-//! Reads (`Status`, lists, `History`) are answered from this member's applied state, so they
-//! work on any member, also one cut off from the leader; the response names the member and the
-//! applied index. Writes go to the leader: a follower forwards the request unchanged (plus a
-//! header naming itself, which stops forwarding loops) and relays the answer. On the leader a
-//! write is checked, proposed through Raft, and answered once it is committed and applied.
+//! Every method first asks [`caller`] whether the client may read or write (see
+//! [`super::auth`]). Reads (`Status`, lists, `History`) are answered from this member's applied
+//! state, so they work on any member, also one cut off from the leader; the response names the
+//! member and the applied index. Writes go to the leader: a follower forwards the request over
+//! the peer port (`Forward` RPC, with the client's authenticated identity) and relays the
+//! answer; a forwarded request is never forwarded again. On the leader a write is checked,
+//! proposed through Raft, and answered once it is committed and applied.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Mutex;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::ServerState;
 use openraft::type_config::async_runtime::watch::WatchReceiver;
-use tonic::metadata::MetadataValue;
-use tonic::transport::{Channel, Endpoint};
+use prost::Message;
 use tonic::{Request, Response, Status};
 
+use super::auth::{Access, Caller, Forwarded, caller};
 use super::client::is_connection_failure;
 use super::convert::{command_error, control_plane, event, member, non_empty};
-use super::{ACTOR_HEADER, FORWARDED_HEADER, retry_safe};
+use super::retry_safe;
 use crate::config::Timing;
 use crate::core::limits::MAX_PROPOSAL_BYTES;
 use crate::core::{Command, ControlPlaneSpec, Health, Member, MemberSpec, Proposal, Role};
 use crate::membership::MembershipChanger;
 use crate::pb;
-use crate::pb::admin_client::AdminClient as Grpc;
+use crate::pb::admin_server::Admin;
+use crate::raft::network::{PeerNetwork, PeerPool};
+use crate::raft::service::ForwardHandler;
 use crate::raft::state_machine::Applied;
 use crate::raft::types::RaftMetricsOf;
 use crate::raft::{MemberNode, NodeId, RaftNode, StateMachineStore};
+use crate::tls::TlsStore;
+use crate::tls::server::SeenCertificates;
 
 /// Largest Admin API message accepted, in bytes.
 pub const MAX_ADMIN_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
@@ -35,6 +41,18 @@ pub const MAX_ADMIN_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default time a new learner is given to catch up in `MemberAdd`.
 const DEFAULT_CATCH_UP: Duration = Duration::from_secs(30);
+/// Longest catch-up time a `MemberAdd` may ask for.
+const MAX_CATCH_UP: Duration = Duration::from_secs(600);
+
+/// How the Admin service reaches other members, and what it reports about TLS.
+pub struct Transport {
+    /// Connections to the other members (forwarding goes over the peer port).
+    pub pool: Arc<PeerPool>,
+    /// This member's certificates; `None` without TLS.
+    pub tls: Option<Arc<TlsStore>>,
+    /// Certificates the other members presented.
+    pub seen: SeenCertificates,
+}
 
 /// The Admin service of one member.
 pub struct AdminService {
@@ -43,8 +61,14 @@ pub struct AdminService {
     membership: MembershipChanger,
     sm: StateMachineStore,
     timing: Timing,
-    leader_channels: Mutex<HashMap<String, Channel>>,
+    transport: Transport,
 }
+
+/// The Admin server with its interceptor (admits admin and viewer certificates only).
+pub type AdminServer = tonic::service::interceptor::InterceptedService<
+    pb::admin_server::AdminServer<AdminService>,
+    fn(Request<()>) -> Result<Request<()>, Status>,
+>;
 
 impl AdminService {
     /// The service of member `me`.
@@ -54,6 +78,7 @@ impl AdminService {
         membership: MembershipChanger,
         sm: StateMachineStore,
         timing: Timing,
+        transport: Transport,
     ) -> Self {
         Self {
             me,
@@ -61,27 +86,29 @@ impl AdminService {
             membership,
             sm,
             timing,
-            leader_channels: Mutex::new(HashMap::new()),
+            transport,
         }
     }
 
-    /// The tonic server for this service, with the Admin message size limits.
-    pub fn into_server(self) -> pb::admin_server::AdminServer<Self> {
-        pb::admin_server::AdminServer::new(self)
+    /// The tonic server for this service, with the Admin message size limits and the
+    /// interceptor that refuses clients without an admin or viewer certificate.
+    pub fn server(self: &Arc<Self>) -> AdminServer {
+        let server = pb::admin_server::AdminServer::from_arc(self.clone())
             .max_decoding_message_size(MAX_ADMIN_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_ADMIN_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_ADMIN_MESSAGE_BYTES);
+        tonic::service::interceptor::InterceptedService::new(
+            server,
+            super::auth::admit_operators as fn(_) -> _,
+        )
     }
 
     fn metrics(&self) -> RaftMetricsOf {
         self.raft.metrics().borrow_watched().clone()
     }
 
-    /// Where a write must go: `None` when this member is the leader, else a client for the
-    /// leader. Waits (bounded) for a leader to be known.
-    async fn route<T>(
-        &self,
-        request: &Request<T>,
-    ) -> Result<Option<(NodeId, Grpc<Channel>)>, Status> {
+    /// Where a write must go: `None` when this member is the leader, else the leader. Waits
+    /// (bounded) for a leader to be known.
+    async fn route<T>(&self, request: &Request<T>) -> Result<Option<(NodeId, MemberNode)>, Status> {
         let wait = Duration::from_millis(self.timing.election_timeout_max_ms * 4);
         let metrics = self
             .raft
@@ -117,11 +144,10 @@ impl AdminService {
             }
             return Ok(None);
         }
-        if let Some(by) = request.metadata().get(FORWARDED_HEADER) {
+        if let Some(forwarded) = request.extensions().get::<Forwarded>() {
             return Err(retry_safe(format!(
                 "request forwarded by member {} reached member {}, which is not the leader (leadership is moving); retry",
-                by.to_str().unwrap_or("?"),
-                self.me
+                forwarded.by, self.me
             )));
         }
         let node = metrics
@@ -132,40 +158,61 @@ impl AdminService {
             .ok_or_else(|| {
                 retry_safe(format!("leader {leader} has no known address yet; retry"))
             })?;
-        Ok(Some((leader, self.leader_client(&node)?)))
+        Ok(Some((leader, node)))
     }
 
-    fn leader_client(&self, node: &MemberNode) -> Result<Grpc<Channel>, Status> {
-        let mut channels = self
-            .leader_channels
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let channel = match channels.get(&node.admin_address) {
-            Some(c) => c.clone(),
-            None => {
-                let c = Endpoint::from_shared(format!("http://{}", node.admin_address))
-                    .map_err(|e| {
-                        Status::internal(format!(
-                            "leader admin address {}: {e}",
-                            node.admin_address
-                        ))
-                    })?
-                    .connect_timeout(Duration::from_secs(1))
-                    .connect_lazy();
-                channels.insert(node.admin_address.clone(), c.clone());
-                c
-            }
+    /// Runs a write on the leader when this member is not the leader: `Ok(None)` means "this
+    /// member leads, go on here". When the leader cannot be reached (it may have just died),
+    /// waits for a new one and tries again, a bounded number of times.
+    async fn forward<Req, Resp>(
+        &self,
+        request: &Request<Req>,
+        caller: &Caller,
+        method: &'static str,
+    ) -> Result<Option<Response<Resp>>, Status>
+    where
+        Req: Message,
+        Resp: Message + Default,
+    {
+        let timeout = if method == "MemberAdd" {
+            MAX_CATCH_UP + COMMIT_TIMEOUT * 2
+        } else {
+            COMMIT_TIMEOUT * 3
         };
-        Ok(Grpc::new(channel)
-            .max_decoding_message_size(MAX_ADMIN_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_ADMIN_MESSAGE_BYTES))
-    }
-
-    /// A copy of `request` to forward to the leader, marked as forwarded by this member.
-    fn forwarded<T: Clone>(&self, request: &Request<T>) -> Request<T> {
-        let mut metadata = request.metadata().clone();
-        metadata.insert(FORWARDED_HEADER, MetadataValue::from(self.me));
-        Request::from_parts(metadata, Default::default(), request.get_ref().clone())
+        let role = caller.role.map(|r| r.as_str()).unwrap_or("");
+        let mut attempts = 0;
+        while let Some((leader_id, node)) = self.route(request).await? {
+            let mut client =
+                PeerNetwork::new(self.me, self.transport.pool.clone()).client(leader_id, &node);
+            let encoded = request.get_ref().encode_to_vec();
+            match client
+                .forward(method, &caller.actor, role, encoded, timeout)
+                .await
+            {
+                Ok(bytes) => {
+                    return Resp::decode(bytes.as_slice())
+                        .map(|r| Some(Response::new(r)))
+                        .map_err(|e| {
+                            Status::internal(format!(
+                                "leader {leader_id} sent an undecodable {method} reply: {e}"
+                            ))
+                        });
+                }
+                Err(status)
+                    if is_connection_failure(&status) && attempts < MAX_FORWARD_ATTEMPTS =>
+                {
+                    attempts += 1;
+                    tracing::info!(
+                        leader = leader_id,
+                        "leader unreachable ({}); waiting for a new one",
+                        status.message()
+                    );
+                    self.wait_leader_change(leader_id).await;
+                }
+                Err(status) => return Err(status),
+            }
+        }
+        Ok(None)
     }
 
     /// Waits (bounded) until a leader other than `old` is known; used when the leader a request
@@ -293,21 +340,35 @@ impl AdminService {
             .is_ok()
     }
 
+    fn tls_status(&self) -> Option<pb::TlsStatus> {
+        let status = self.transport.tls.as_ref()?.status();
+        Some(pb::TlsStatus {
+            identity: status.identity,
+            certificate_sha256: status.cert_sha256,
+            ca_sha256: status.ca_sha256,
+            not_after_unix_s: status.not_after_unix_s,
+            loaded_at_unix_ms: status.loaded_at_unix_ms,
+            reload_error: status.reload_error,
+            peers: self
+                .transport
+                .seen
+                .snapshot()
+                .into_iter()
+                .map(
+                    |(member, (certificate_sha256, seen_at_unix_ms))| pb::PeerCertificate {
+                        member,
+                        certificate_sha256,
+                        seen_at_unix_ms,
+                    },
+                )
+                .collect(),
+        })
+    }
+
     async fn wait_applied(&self, index: u64) {
         let mut rx = self.sm.watch_applied();
         let _ = tokio::time::timeout(COMMIT_TIMEOUT, rx.wait_for(|i| *i >= index)).await;
     }
-}
-
-/// The actor of a request: the client-declared identity, or "anonymous".
-fn actor<T>(request: &Request<T>) -> String {
-    request
-        .metadata()
-        .get(ACTOR_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .unwrap_or_else(|| "anonymous".into())
 }
 
 fn server_state(s: ServerState) -> &'static str {
@@ -324,28 +385,12 @@ fn raft_error(action: &str, e: impl std::fmt::Display) -> Status {
     Status::failed_precondition(format!("{action}: {e}"))
 }
 
-/// Forwards the call to the leader when this member is not the leader.
-/// Forwards the call to the leader when this member is not the leader. When the leader cannot
-/// be reached (it may have just died), waits for a new one and tries again, a bounded number
-/// of times.
+/// Runs the call on the leader when this member is not the leader (see
+/// [`AdminService::forward`]).
 macro_rules! to_leader {
-    ($self:ident, $request:ident, $method:ident) => {
-        let mut attempts = 0;
-        while let Some((leader_id, mut leader)) = $self.route(&$request).await? {
-            match leader.$method($self.forwarded(&$request)).await {
-                Err(status)
-                    if is_connection_failure(&status) && attempts < MAX_FORWARD_ATTEMPTS =>
-                {
-                    attempts += 1;
-                    tracing::info!(
-                        leader = leader_id,
-                        "leader unreachable ({}); waiting for a new one",
-                        status.message()
-                    );
-                    $self.wait_leader_change(leader_id).await;
-                }
-                result => return result,
-            }
+    ($self:ident, $request:ident, $caller:ident, $method:literal) => {
+        if let Some(response) = $self.forward(&$request, &$caller, $method).await? {
+            return Ok(response);
         }
     };
 }
@@ -354,11 +399,12 @@ macro_rules! to_leader {
 const MAX_FORWARD_ATTEMPTS: u32 = 3;
 
 #[tonic::async_trait]
-impl pb::admin_server::Admin for AdminService {
+impl Admin for AdminService {
     async fn status(
         &self,
-        _request: Request<pb::StatusRequest>,
+        request: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
+        caller(&request, Access::Read)?;
         let m = self.metrics();
         let (members, control_planes, paused, applied_index) = self.read(|a| {
             (
@@ -377,13 +423,15 @@ impl pb::admin_server::Admin for AdminService {
             paused,
             members,
             control_planes,
+            tls: self.tls_status(),
         }))
     }
 
     async fn member_list(
         &self,
-        _request: Request<pb::MemberListRequest>,
+        request: Request<pb::MemberListRequest>,
     ) -> Result<Response<pb::MemberListResponse>, Status> {
+        caller(&request, Access::Read)?;
         let members = self.read(|a| self.members(a));
         Ok(Response::new(pb::MemberListResponse { members }))
     }
@@ -392,8 +440,9 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         request: Request<pb::MemberAddRequest>,
     ) -> Result<Response<pb::MemberAddResponse>, Status> {
-        to_leader!(self, request, member_add);
-        let actor = actor(&request);
+        let caller = caller(&request, Access::Write)?;
+        to_leader!(self, request, caller, "MemberAdd");
+        let actor = caller.actor;
         let req = request.into_inner();
         let spec = MemberSpec {
             id: req.id,
@@ -416,7 +465,7 @@ impl pb::admin_server::Admin for AdminService {
         })?;
         let timeout = match req.catch_up_timeout_ms {
             0 => DEFAULT_CATCH_UP,
-            ms => Duration::from_millis(ms.min(600_000)),
+            ms => Duration::from_millis(ms).min(MAX_CATCH_UP),
         };
         let caught_up = self.wait_caught_up(id, timeout).await;
         let index = index.max(self.metrics().last_applied.map(|l| l.index).unwrap_or(0));
@@ -433,8 +482,9 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         request: Request<pb::MemberRefRequest>,
     ) -> Result<Response<pb::MemberResponse>, Status> {
-        to_leader!(self, request, member_promote);
-        let actor = actor(&request);
+        let caller = caller(&request, Access::Write)?;
+        to_leader!(self, request, caller, "MemberPromote");
+        let actor = caller.actor;
         let req = request.into_inner();
         let target = self.find_member(&req.member)?;
         if target.role == Role::Voter {
@@ -456,8 +506,9 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         request: Request<pb::MemberRefRequest>,
     ) -> Result<Response<pb::MemberResponse>, Status> {
-        to_leader!(self, request, member_remove);
-        let actor = actor(&request);
+        let caller = caller(&request, Access::Write)?;
+        to_leader!(self, request, caller, "MemberRemove");
+        let actor = caller.actor;
         let req = request.into_inner();
         let target = self.find_member(&req.member)?;
         let index = self
@@ -483,8 +534,9 @@ impl pb::admin_server::Admin for AdminService {
 
     async fn control_plane_list(
         &self,
-        _request: Request<pb::ControlPlaneListRequest>,
+        request: Request<pb::ControlPlaneListRequest>,
     ) -> Result<Response<pb::ControlPlaneListResponse>, Status> {
+        caller(&request, Access::Read)?;
         let control_planes =
             self.read(|a| a.state.control_planes.values().map(control_plane).collect());
         Ok(Response::new(pb::ControlPlaneListResponse {
@@ -496,6 +548,7 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         request: Request<pb::ControlPlaneGetRequest>,
     ) -> Result<Response<pb::ControlPlane>, Status> {
+        caller(&request, Access::Read)?;
         let name = request.into_inner().name;
         self.read(|a| a.state.control_planes.get(&name).map(control_plane))
             .map(Response::new)
@@ -506,8 +559,9 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         request: Request<pb::ControlPlaneAddRequest>,
     ) -> Result<Response<pb::ControlPlaneResponse>, Status> {
-        to_leader!(self, request, control_plane_add);
-        let actor = actor(&request);
+        let caller = caller(&request, Access::Write)?;
+        to_leader!(self, request, caller, "ControlPlaneAdd");
+        let actor = caller.actor;
         let req = request.into_inner();
         let spec = ControlPlaneSpec {
             name: req.name,
@@ -533,8 +587,9 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         request: Request<pb::ControlPlaneRemoveRequest>,
     ) -> Result<Response<pb::ControlPlaneResponse>, Status> {
-        to_leader!(self, request, control_plane_remove);
-        let actor = actor(&request);
+        let caller = caller(&request, Access::Write)?;
+        to_leader!(self, request, caller, "ControlPlaneRemove");
+        let actor = caller.actor;
         let req = request.into_inner();
         let before = self.read(|a| a.state.control_planes.get(&req.name).map(control_plane));
         let index = self
@@ -554,6 +609,7 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         request: Request<pb::HistoryRequest>,
     ) -> Result<Response<pb::HistoryResponse>, Status> {
+        caller(&request, Access::Read)?;
         let limit = request.into_inner().limit as usize;
         let events = self.read(|a| a.state.history.newest(limit).iter().map(event).collect());
         Ok(Response::new(pb::HistoryResponse { events }))
@@ -563,7 +619,8 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         request: Request<pb::LeaderTransferRequest>,
     ) -> Result<Response<pb::LeaderTransferResponse>, Status> {
-        to_leader!(self, request, leader_transfer);
+        let caller = caller(&request, Access::Write)?;
+        to_leader!(self, request, caller, "LeaderTransfer");
         let req = request.into_inner();
         let m = self.metrics();
         let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
@@ -618,8 +675,9 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         request: Request<pb::SetPausedRequest>,
     ) -> Result<Response<pb::SetPausedResponse>, Status> {
-        to_leader!(self, request, set_paused);
-        let actor = actor(&request);
+        let caller = caller(&request, Access::Write)?;
+        to_leader!(self, request, caller, "SetPaused");
+        let actor = caller.actor;
         let req = request.into_inner();
         let index = self
             .propose(actor, req.reason, Command::SetPaused { paused: req.paused })
@@ -628,5 +686,57 @@ impl pb::admin_server::Admin for AdminService {
             paused: req.paused,
             index,
         }))
+    }
+}
+
+impl ForwardHandler for AdminService {
+    fn handle(
+        &self,
+        req: pb::ForwardRequest,
+    ) -> futures::future::BoxFuture<'_, Result<Vec<u8>, Status>> {
+        Box::pin(async move {
+            let role = match req.role.as_str() {
+                "" if self.transport.tls.is_some() => {
+                    return Err(Status::permission_denied(
+                        "a request forwarded without an authenticated role reached a member that runs TLS",
+                    ));
+                }
+                "" => None,
+                r => Some(crate::tls::Role::parse(r).ok_or_else(|| {
+                    Status::invalid_argument(format!("forwarded request names unknown role {r:?}"))
+                })?),
+            };
+            let forwarded = Forwarded {
+                by: req.from,
+                caller: Caller {
+                    actor: req.actor,
+                    role,
+                },
+            };
+            macro_rules! run {
+                ($method:ident, $ty:ty) => {{
+                    let message = <$ty>::decode(req.request.as_slice()).map_err(|e| {
+                        Status::invalid_argument(format!("forwarded {}: {e}", req.method))
+                    })?;
+                    let mut request = Request::new(message);
+                    request.extensions_mut().insert(forwarded);
+                    self.$method(request)
+                        .await
+                        .map(|r| r.into_inner().encode_to_vec())
+                }};
+            }
+            match req.method.as_str() {
+                "MemberAdd" => run!(member_add, pb::MemberAddRequest),
+                "MemberPromote" => run!(member_promote, pb::MemberRefRequest),
+                "MemberRemove" => run!(member_remove, pb::MemberRefRequest),
+                "ControlPlaneAdd" => run!(control_plane_add, pb::ControlPlaneAddRequest),
+                "ControlPlaneRemove" => run!(control_plane_remove, pb::ControlPlaneRemoveRequest),
+                "LeaderTransfer" => run!(leader_transfer, pb::LeaderTransferRequest),
+                "SetPaused" => run!(set_paused, pb::SetPausedRequest),
+                other => Err(Status::unimplemented(format!(
+                    "method {other:?} cannot be forwarded"
+                ))),
+            }
+        })
     }
 }

@@ -115,6 +115,19 @@ fn main() -> ExitCode {
         }
     };
     if args.check_config {
+        // The certificates too: a key that does not match, or a certificate of another
+        // member, is better found now than at start.
+        if let Some(tls) = &config.tls {
+            let me = garden_ring::tls::Identity::new(garden_ring::tls::Role::Member, &config.name);
+            if let Err(e) = me.map_err(|e| e.to_string()).and_then(|me| {
+                garden_ring::tls::material::Material::load(&tls.files, Some(&me))
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            }) {
+                eprintln!("ringd: error: TLS: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
         println!("{}", config.to_toml());
         eprintln!("ringd: config {} is valid", args.config.display());
         return ExitCode::SUCCESS;

@@ -21,12 +21,14 @@ use openraft::raft::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use super::codec::{CODEC_VERSION, decode, encode};
 use super::types::{MemberNode, NodeId, PingReply, SnapshotData, TypeConfig, Vote};
 use crate::pb;
 use crate::pb::raft_client::RaftClient;
+use crate::tls::Security;
+use crate::tls::client::{Expect, channel};
 
 /// Largest message the peer protocol sends or accepts (a big append batch), in bytes.
 pub const MAX_PEER_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -38,43 +40,69 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// Prefix of the status message a member sends to a peer whose id was retired.
 pub const REMOVED_MARKER: &str = "member-removed";
 
+/// A cached channel: (address, member name) it was made for, and the channel.
+type CachedChannel = ((String, String), Channel);
+
 /// Shared per-peer state: channels, reachability, and whether a peer told us we were removed.
 pub struct PeerPool {
-    channels: Mutex<HashMap<NodeId, (String, Channel)>>,
+    security: Security,
+    /// Per peer: the channel, and the address and member name it was made for.
+    channels: Mutex<HashMap<NodeId, CachedChannel>>,
     unreachable: Mutex<HashMap<NodeId, String>>,
     removed: watch::Sender<Option<String>>,
 }
 
-impl Default for PeerPool {
-    fn default() -> Self {
+impl PeerPool {
+    /// A pool whose connections use `security`.
+    pub fn new(security: Security) -> Self {
         Self {
+            security,
             channels: Mutex::default(),
             unreachable: Mutex::default(),
             removed: watch::channel(None).0,
         }
     }
-}
 
-impl PeerPool {
+    /// Drops every cached channel, so the next calls connect anew (with the certificates in
+    /// use now). Calls in flight finish on their old connection.
+    pub fn reconnect_all(&self) {
+        self.channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
     /// Becomes `Some(message)` once a peer reports that this member was removed from the ring.
     pub fn watch_removed(&self) -> watch::Receiver<Option<String>> {
         self.removed.subscribe()
     }
 
-    fn channel(&self, target: NodeId, address: &str) -> Result<Channel, tonic::transport::Error> {
+    /// The channel to member `target` (named `name`) at `address`; over TLS, the server must
+    /// present a certificate for `name`.
+    pub fn channel(
+        &self,
+        target: NodeId,
+        name: &str,
+        address: &str,
+    ) -> Result<Channel, tonic::transport::Error> {
         let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((cached_addr, channel)) = channels.get(&target)
-            && cached_addr == address
+        let key = (address.to_string(), name.to_string());
+        if let Some((cached, channel)) = channels.get(&target)
+            && *cached == key
         {
             return Ok(channel.clone());
         }
-        let channel = Endpoint::from_shared(format!("http://{address}"))?
-            .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_secs(10))
-            .keep_alive_timeout(Duration::from_secs(5))
-            .connect_lazy();
-        channels.insert(target, (address.to_string(), channel.clone()));
+        let channel = channel(
+            address,
+            &self.security,
+            Expect::Member(name.to_string()),
+            CONNECT_TIMEOUT,
+            |e| {
+                e.http2_keep_alive_interval(Duration::from_secs(10))
+                    .keep_alive_timeout(Duration::from_secs(5))
+            },
+        )?;
+        channels.insert(target, (key, channel.clone()));
         Ok(channel)
     }
 
@@ -193,7 +221,7 @@ impl PeerClient {
     fn client(&self) -> Result<RaftClient<Channel>, CallError> {
         let channel = self
             .pool
-            .channel(self.target, &self.node.address)
+            .channel(self.target, &self.node.name, &self.node.address)
             .map_err(|e| {
                 CallError::Unreachable(format!("bad peer address {}: {e}", self.node.address))
             })?;
@@ -274,6 +302,31 @@ impl PeerClient {
         req.set_timeout(timeout);
         let result = client.ping(req).await;
         self.outcome(result, "ping reply").map_err(|e| e.message())
+    }
+
+    /// Forwards an Admin write to this peer, the leader (see the `Forward` RPC). The leader's
+    /// error statuses come back unchanged.
+    pub async fn forward(
+        &mut self,
+        method: &str,
+        actor: &str,
+        role: &str,
+        request: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, tonic::Status> {
+        let mut client = self
+            .client()
+            .map_err(|e| tonic::Status::unavailable(e.message()))?;
+        let mut req = tonic::Request::new(pb::ForwardRequest {
+            from: self.me,
+            to: self.target,
+            method: method.to_string(),
+            actor: actor.to_string(),
+            role: role.to_string(),
+            request,
+        });
+        req.set_timeout(timeout);
+        client.forward(req).await.map(|r| r.into_inner().response)
     }
 
     fn request<T>(msg: T, option: &RPCOption) -> tonic::Request<T> {

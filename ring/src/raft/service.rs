@@ -2,8 +2,10 @@
 //!
 //! Every message says who sent it and whom it is for; a message for another member (an address
 //! reused, a stale peer list) is refused with `FAILED_PRECONDITION` instead of being fed to the
-//! wrong Raft node. Snapshot streams declare their size up front; oversize or truncated streams
-//! are refused.
+//! wrong Raft node. Over TLS, the sender's certificate must name the member the ring registered
+//! under the node id the message claims (`PERMISSION_DENIED` otherwise), so one member cannot
+//! speak, or vote, for another. Snapshot streams declare their size up front; oversize or
+//! truncated streams are refused.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -19,6 +21,18 @@ use super::codec::{CODEC_VERSION, decode, encode};
 use super::network::{MAX_PEER_MESSAGE_BYTES, REMOVED_MARKER};
 use super::types::{NodeId, PingReply, RaftNode, SnapshotMeta, TypeConfig, Vote};
 use crate::pb;
+use crate::tls::Role;
+use crate::tls::server::{ConnInfo, PeerAuth, SeenCertificates};
+
+/// Handles Admin writes that followers forward to this member (implemented by the Admin
+/// service; see the `Forward` RPC).
+pub trait ForwardHandler: Send + Sync + 'static {
+    /// Runs the forwarded request; `request.from` is authenticated already.
+    fn handle(
+        &self,
+        request: pb::ForwardRequest,
+    ) -> futures::future::BoxFuture<'_, Result<Vec<u8>, Status>>;
+}
 
 /// Largest snapshot a member accepts from a peer, in bytes.
 pub const MAX_SNAPSHOT_BYTES: u64 = 1024 * 1024 * 1024;
@@ -47,30 +61,99 @@ pub struct PeerService {
     raft: RaftNode,
     state: StateMachineStore,
     contact: LeaderContact,
+    seen: SeenCertificates,
+    forward: Arc<dyn ForwardHandler>,
+}
+
+/// The peer server with its interceptor (admits member certificates only).
+pub type PeerServer = tonic::service::interceptor::InterceptedService<
+    pb::raft_server::RaftServer<PeerService>,
+    fn(Request<()>) -> Result<Request<()>, Status>,
+>;
+
+fn admit_members(request: Request<()>) -> Result<Request<()>, Status> {
+    crate::tls::server::admit(&request, &[Role::Member], "peer")?;
+    Ok(request)
 }
 
 impl PeerService {
-    /// Serves `raft`, the Raft node of member `me`; `state` tells which ids were retired;
-    /// `contact` records when a leader last reached this member.
+    /// Serves `raft`, the Raft node of member `me`; `state` tells which ids were retired and
+    /// which member names go with which ids; `contact` records when a leader last reached this
+    /// member; `seen` records the certificates peers present; `forward` runs forwarded Admin
+    /// writes.
     pub fn new(
         me: NodeId,
         raft: RaftNode,
         state: StateMachineStore,
         contact: LeaderContact,
+        seen: SeenCertificates,
+        forward: Arc<dyn ForwardHandler>,
     ) -> Self {
         Self {
             me,
             raft,
             state,
             contact,
+            seen,
+            forward,
         }
     }
 
-    /// The tonic server for this service, with the peer message size limits.
-    pub fn into_server(self) -> pb::raft_server::RaftServer<Self> {
-        pb::raft_server::RaftServer::new(self)
+    /// The tonic server for this service, with the peer message size limits and the
+    /// interceptor that admits member certificates only.
+    pub fn into_server(self) -> PeerServer {
+        let server = pb::raft_server::RaftServer::new(self)
             .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES);
+        tonic::service::interceptor::InterceptedService::new(server, admit_members as fn(_) -> _)
+    }
+
+    /// The name the ring knows member `id` by: the Raft configuration (which includes members
+    /// being added), else the registry.
+    fn known_name(&self, id: NodeId) -> Option<String> {
+        let from_config = {
+            let metrics = self.raft.metrics();
+            let m = metrics.borrow_watched();
+            m.membership_config
+                .membership()
+                .get_node(&id)
+                .map(|n| n.name.clone())
+        };
+        from_config.or_else(|| {
+            self.state
+                .read(|a| a.state.members.get(&id).map(|m| m.name.clone()))
+        })
+    }
+
+    /// Over TLS: the sender's certificate must name the member registered under `from`. An id
+    /// this member does not know yet (it is new, or lagging behind a membership change) is
+    /// accepted from any member certificate: such an id has no vote here to steal.
+    fn check_sender(&self, info: Option<&ConnInfo>, from: NodeId) -> Result<(), Status> {
+        let Some(info) = info else {
+            return Err(Status::unauthenticated("no connection information"));
+        };
+        match info.auth.as_ref() {
+            PeerAuth::Insecure => Ok(()),
+            PeerAuth::Verified {
+                identity,
+                cert_sha256,
+            } if identity.role == Role::Member => {
+                if let Some(name) = self.known_name(from)
+                    && name != identity.name
+                {
+                    let status = Status::permission_denied(format!(
+                        "the certificate is for {identity}, but the message claims to come from member {from} ({name})"
+                    ));
+                    tracing::warn!(remote = ?info.remote, "refused a peer message: {}", status.message());
+                    return Err(status);
+                }
+                self.seen.record(&identity.name, cert_sha256);
+                Ok(())
+            }
+            other => Err(Status::permission_denied(format!(
+                "the peer service admits member certificates only ({other:?})"
+            ))),
+        }
     }
 
     fn check_addressing(&self, from: NodeId, to: NodeId, codec: u32) -> Result<(), Status> {
@@ -94,13 +177,18 @@ impl PeerService {
         Ok(())
     }
 
+    /// Checks sender, addressing and codec; returns the sender and the decoded payload.
     fn open<T: DeserializeOwned>(
         &self,
-        msg: pb::RaftMessage,
+        request: Request<pb::RaftMessage>,
         what: &'static str,
-    ) -> Result<T, Status> {
+    ) -> Result<(NodeId, T), Status> {
+        self.check_sender(ConnInfo::of(&request), request.get_ref().from)?;
+        let msg = request.into_inner();
         self.check_addressing(msg.from, msg.to, msg.codec)?;
-        decode(what, &msg.payload).map_err(|e| Status::invalid_argument(e.to_string()))
+        let value =
+            decode(what, &msg.payload).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        Ok((msg.from, value))
     }
 
     fn reply<T: Serialize>(
@@ -129,9 +217,7 @@ impl pb::raft_server::Raft for PeerService {
         &self,
         request: Request<pb::RaftMessage>,
     ) -> Result<Response<pb::RaftMessage>, Status> {
-        let msg = request.into_inner();
-        let from = msg.from;
-        let req = self.open(msg, "vote request")?;
+        let (from, req) = self.open(request, "vote request")?;
         let resp = self.raft.vote(req).await.map_err(stopped)?;
         self.reply(from, "vote response", &resp)
     }
@@ -140,9 +226,7 @@ impl pb::raft_server::Raft for PeerService {
         &self,
         request: Request<pb::RaftMessage>,
     ) -> Result<Response<pb::RaftMessage>, Status> {
-        let msg = request.into_inner();
-        let from = msg.from;
-        let req = self.open(msg, "pre-vote request")?;
+        let (from, req) = self.open(request, "pre-vote request")?;
         let resp = self.raft.pre_vote(req).await.map_err(stopped)?;
         self.reply(from, "pre-vote response", &resp)
     }
@@ -151,9 +235,7 @@ impl pb::raft_server::Raft for PeerService {
         &self,
         request: Request<pb::RaftMessage>,
     ) -> Result<Response<pb::RaftMessage>, Status> {
-        let msg = request.into_inner();
-        let from = msg.from;
-        let req = self.open(msg, "append-entries request")?;
+        let (from, req) = self.open(request, "append-entries request")?;
         let resp = self.raft.append_entries(req).await.map_err(stopped)?;
         self.contact.touch();
         self.reply(from, "append-entries response", &resp)
@@ -163,6 +245,7 @@ impl pb::raft_server::Raft for PeerService {
         &self,
         request: Request<Streaming<pb::SnapshotChunk>>,
     ) -> Result<Response<pb::RaftMessage>, Status> {
+        let info = ConnInfo::of(&request).cloned();
         let mut stream = request.into_inner();
         let header = match stream.message().await? {
             Some(pb::SnapshotChunk {
@@ -174,6 +257,7 @@ impl pb::raft_server::Raft for PeerService {
                 ));
             }
         };
+        self.check_sender(info.as_ref(), header.from)?;
         self.check_addressing(header.from, header.to, header.codec)?;
         if header.total_bytes > MAX_SNAPSHOT_BYTES {
             return Err(Status::resource_exhausted(format!(
@@ -225,9 +309,7 @@ impl pb::raft_server::Raft for PeerService {
         &self,
         request: Request<pb::RaftMessage>,
     ) -> Result<Response<pb::RaftMessage>, Status> {
-        let msg = request.into_inner();
-        let from = msg.from;
-        let req = self.open(msg, "transfer-leader request")?;
+        let (from, req) = self.open(request, "transfer-leader request")?;
         let resp = self
             .raft
             .handle_transfer_leader(req)
@@ -240,6 +322,7 @@ impl pb::raft_server::Raft for PeerService {
         &self,
         request: Request<pb::RaftMessage>,
     ) -> Result<Response<pb::RaftMessage>, Status> {
+        self.check_sender(ConnInfo::of(&request), request.get_ref().from)?;
         let msg = request.into_inner();
         let from = msg.from;
         self.check_addressing(msg.from, msg.to, msg.codec)?;
@@ -251,5 +334,16 @@ impl pb::raft_server::Raft for PeerService {
             registered: a.state.members.get(&from).map(|m| m.contacted),
         });
         self.reply(from, "ping reply", &reply)
+    }
+
+    async fn forward(
+        &self,
+        request: Request<pb::ForwardRequest>,
+    ) -> Result<Response<pb::ForwardReply>, Status> {
+        self.check_sender(ConnInfo::of(&request), request.get_ref().from)?;
+        let req = request.into_inner();
+        self.check_addressing(req.from, req.to, CODEC_VERSION)?;
+        let response = self.forward.handle(req).await?;
+        Ok(Response::new(pb::ForwardReply { response }))
     }
 }

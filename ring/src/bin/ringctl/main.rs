@@ -9,29 +9,48 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use garden_ring::admin::{AdminClient, ClientError};
+use garden_ring::client_config::ClientConfig;
 use garden_ring::demo::{Demo, DemoOptions};
 use garden_ring::pb;
+use garden_ring::tls::{Identity, Role, Security};
 use serde::Serialize;
 
 /// Operate a garden-ring: inspect it, add and remove members and control planes, read its
 /// history, move its leadership, or start a local demo ring.
 ///
-/// Commands talk to the Admin API of any member (--endpoint); writes are forwarded to the
-/// leader. Every read command takes --output json for scripts. On error ringctl prints one line
-/// to stderr and exits non-zero.
+/// Commands talk to the Admin API of any member over mutual TLS; writes are forwarded to the
+/// leader. Where the ring is and which certificate to present come from a client config file
+/// (--config or RINGCTL_CONFIG, like a kubeconfig; `ringctl demo` writes one), and flags
+/// override it. Make certificates with `ringctl certs init`. Every read command takes
+/// --output json for scripts. On error ringctl prints one line to stderr and exits non-zero.
 #[derive(Debug, Parser)]
 #[command(name = "ringctl", version, about, long_about)]
 struct Cli {
-    /// Admin endpoints (host:port), comma-separated or repeated; tried in order until one answers.
+    /// Client config file: endpoints, ca_file, cert_file, key_file (or insecure = true).
+    #[arg(long, short = 'c', global = true, env = "RINGCTL_CONFIG")]
+    config: Option<PathBuf>,
+    /// Admin endpoints (host:port), comma-separated or repeated; tried in order until one
+    /// answers. Default: the config file's, else 127.0.0.1:7400.
     #[arg(
         long,
         short = 'e',
         global = true,
         value_delimiter = ',',
-        env = "RINGCTL_ENDPOINTS",
-        default_value = "127.0.0.1:7400"
+        env = "RINGCTL_ENDPOINTS"
     )]
     endpoint: Vec<String>,
+    /// CA bundle that issued the members' certificates.
+    #[arg(long, global = true, requires_all = ["cert_file", "key_file"])]
+    ca_file: Option<PathBuf>,
+    /// Client certificate (admin or viewer).
+    #[arg(long, global = true, requires_all = ["ca_file", "key_file"])]
+    cert_file: Option<PathBuf>,
+    /// Private key of --cert-file.
+    #[arg(long, global = true, requires_all = ["ca_file", "cert_file"])]
+    key_file: Option<PathBuf>,
+    /// Talk to a ring that runs without TLS (insecure = true in its ringd.toml).
+    #[arg(long, global = true, conflicts_with_all = ["ca_file", "cert_file", "key_file"])]
+    insecure: bool,
     /// Output format.
     #[arg(long, short = 'o', global = true, value_enum, default_value_t = Output::Table)]
     output: Output,
@@ -82,7 +101,67 @@ enum Cmd {
         reason: String,
     },
     /// Run a local ring of child ringd processes on loopback (no external services needed).
+    /// It makes a CA and certificates in DIR/certs and writes DIR/ringctl.toml; with
+    /// --insecure the ring runs without TLS.
     Demo(DemoArgs),
+    /// Make a CA and certificates for a ring (offline; no ring needed).
+    #[command(subcommand)]
+    Certs(CertsCmd),
+}
+
+#[derive(Debug, Subcommand)]
+enum CertsCmd {
+    /// Create a new CA in DIR (ca.pem, ca-key.pem) and certificates for the given members and
+    /// operators. Keep ca-key.pem offline once the ring is set up.
+    Init {
+        /// Directory for the files (created).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Member names to issue certificates for (comma-separated or repeated).
+        #[arg(long = "member", value_delimiter = ',')]
+        members: Vec<String>,
+        /// Operator names to issue admin certificates for.
+        #[arg(long = "admin", value_delimiter = ',')]
+        admins: Vec<String>,
+        /// Names to issue viewer (read-only) certificates for.
+        #[arg(long = "viewer", value_delimiter = ',')]
+        viewers: Vec<String>,
+        /// Extra host names or IP addresses for the member certificates (garden-ring checks
+        /// identities, not host names; these help other TLS tools).
+        #[arg(long = "san", value_delimiter = ',')]
+        sans: Vec<String>,
+        /// Validity of the CA, in days.
+        #[arg(long, default_value_t = garden_ring::tls::certs::DEFAULT_CA_DAYS)]
+        ca_days: u32,
+        /// Validity of the other certificates, in days.
+        #[arg(long, default_value_t = garden_ring::tls::certs::DEFAULT_CERT_DAYS)]
+        days: u32,
+        /// Replace an existing CA (every certificate of the old one stops working).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Issue one certificate with the CA in DIR: for a new member, a new operator, or to rotate
+    /// an expiring one (with --force; ringd loads a replaced certificate without a restart).
+    Issue {
+        /// Directory holding ca.pem and ca-key.pem.
+        #[arg(long)]
+        dir: PathBuf,
+        /// member, admin or viewer.
+        #[arg(long)]
+        role: String,
+        /// Member or operator name (DNS-1123 label).
+        #[arg(long)]
+        name: String,
+        /// Extra host names or IP addresses.
+        #[arg(long = "san", value_delimiter = ',')]
+        sans: Vec<String>,
+        /// Validity in days.
+        #[arg(long, default_value_t = garden_ring::tls::certs::DEFAULT_CERT_DAYS)]
+        days: u32,
+        /// Replace existing files.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -216,6 +295,118 @@ struct DemoArgs {
     ringd: Option<PathBuf>,
 }
 
+/// Endpoints and transport security from flags, environment and the client config file.
+fn connection(cli: &Cli) -> Result<(Vec<String>, Security), Failure> {
+    let file = match &cli.config {
+        Some(path) => Some(ClientConfig::load(path).map_err(|e| Failure(e.to_string()))?),
+        None => None,
+    };
+    let endpoints = if !cli.endpoint.is_empty() {
+        cli.endpoint.clone()
+    } else {
+        match &file {
+            Some(f) if !f.endpoints.is_empty() => f.endpoints.clone(),
+            _ => vec!["127.0.0.1:7400".into()],
+        }
+    };
+    let flags = match (&cli.ca_file, &cli.cert_file, &cli.key_file) {
+        (Some(ca), Some(cert), Some(key)) => Some(ClientConfig {
+            ca_file: Some(ca.clone()),
+            cert_file: Some(cert.clone()),
+            key_file: Some(key.clone()),
+            ..ClientConfig::default()
+        }),
+        _ => None,
+    };
+    let chosen = if cli.insecure {
+        ClientConfig {
+            insecure: true,
+            ..ClientConfig::default()
+        }
+    } else if let Some(flags) = flags {
+        flags
+    } else if let Some(file) = file {
+        file
+    } else {
+        return Err(Failure(
+            "no client certificate: pass --config FILE (or set RINGCTL_CONFIG) naming ca_file, cert_file and key_file, \
+             or --ca-file/--cert-file/--key-file (make them with `ringctl certs init`); \
+             use --insecure only for a ring that runs without TLS"
+                .into(),
+        ));
+    };
+    let security = chosen.security().map_err(|e| Failure(e.to_string()))?;
+    Ok((endpoints, security))
+}
+
+fn certs(cmd: CertsCmd, out: Output) -> Result<(), Failure> {
+    use garden_ring::tls::certs;
+    let fail = |e: certs::CertsError| Failure(e.to_string());
+    let identity = |role: Role, name: &str| {
+        Identity::new(role, name).map_err(|e| Failure(format!("{role} name: {e}")))
+    };
+    let mut written = Vec::new();
+    match cmd {
+        CertsCmd::Init {
+            dir,
+            members,
+            admins,
+            viewers,
+            sans,
+            ca_days,
+            days,
+            force,
+        } => {
+            // Check every name before writing anything.
+            let mut wanted = Vec::new();
+            for (role, names) in [
+                (Role::Member, &members),
+                (Role::Admin, &admins),
+                (Role::Viewer, &viewers),
+            ] {
+                for name in names {
+                    wanted.push(identity(role, name)?);
+                }
+            }
+            written.push(certs::init_ca(&dir, ca_days, force).map_err(fail)?);
+            for id in wanted {
+                let extra = if id.role == Role::Member {
+                    sans.as_slice()
+                } else {
+                    &[]
+                };
+                let (cert, key) = certs::issue(&dir, &id, extra, days, force).map_err(fail)?;
+                written.push(cert);
+                written.push(key);
+            }
+        }
+        CertsCmd::Issue {
+            dir,
+            role,
+            name,
+            sans,
+            days,
+            force,
+        } => {
+            let role = Role::parse(&role).ok_or_else(|| {
+                Failure(format!("--role {role:?} must be member, admin or viewer"))
+            })?;
+            let (cert, key) =
+                certs::issue(&dir, &identity(role, &name)?, &sans, days, force).map_err(fail)?;
+            written.push(cert);
+            written.push(key);
+        }
+    }
+    print(out, &written, |files| {
+        files
+            .iter()
+            .map(|f| format!("wrote {}", f.display()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    Ok(())
+}
+
 fn actor() -> String {
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
@@ -289,10 +480,13 @@ macro_rules! rpc {
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
-    if let Cmd::Demo(args) = cli.command {
-        return demo(args, cli.output).await;
+    match cli.command {
+        Cmd::Demo(args) => return demo(args, cli.output, cli.insecure).await,
+        Cmd::Certs(cmd) => return certs(cmd, cli.output),
+        _ => {}
     }
-    let client = AdminClient::new(cli.endpoint.clone(), actor())?
+    let (endpoints, security) = connection(&cli)?;
+    let client = AdminClient::new(endpoints, security, actor())?
         .with_request_timeout(Duration::from_secs(cli.timeout.max(1)));
     let out = cli.output;
     match cli.command {
@@ -502,7 +696,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 format!("automatic actions resumed (index {})", r.index)
             });
         }
-        Cmd::Demo(_) => unreachable!("handled above"),
+        Cmd::Demo(_) | Cmd::Certs(_) => unreachable!("handled above"),
     }
     Ok(())
 }
@@ -521,7 +715,7 @@ fn ringd_binary(explicit: Option<PathBuf>) -> PathBuf {
 const INTERRUPTED: &str =
     "interrupted while the ring was starting; the members started so far were stopped";
 
-async fn demo(args: DemoArgs, out: Output) -> Result<(), Failure> {
+async fn demo(args: DemoArgs, out: Output, insecure: bool) -> Result<(), Failure> {
     if args.stop {
         let dir = args.dir.expect("clap requires --dir with --stop");
         let stopped = garden_ring::demo::stop_detached(&dir, Duration::from_secs(10));
@@ -541,6 +735,7 @@ async fn demo(args: DemoArgs, out: Output) -> Result<(), Failure> {
         ringd: ringd_binary(args.ringd),
         timeout: Duration::from_secs(30),
         samples: !args.no_samples,
+        insecure,
     };
     // Handlers first: a Ctrl-C while the ring starts must stop the members already started
     // (they run in their own process group), not leave them behind.
@@ -560,11 +755,6 @@ async fn demo(args: DemoArgs, out: Output) -> Result<(), Failure> {
         match out {
             Output::Json => say(&serde_json::to_string_pretty(&demo).expect("serializable")),
             Output::Table => {
-                let endpoints: Vec<_> = demo
-                    .members
-                    .iter()
-                    .map(|m| m.admin_endpoint.clone())
-                    .collect();
                 println!(
                     "ring is up in {} (leader {})",
                     demo.dir.display(),
@@ -576,7 +766,10 @@ async fn demo(args: DemoArgs, out: Output) -> Result<(), Failure> {
                         m.name, m.zone, m.id, m.admin_endpoint, m.pid
                     );
                 }
-                println!("\ntry:  ringctl --endpoint {} status", endpoints.join(","));
+                println!(
+                    "\ntry:  RINGCTL_CONFIG={} ringctl status",
+                    demo.client_config.display()
+                );
                 println!("stop: ringctl demo --stop --dir {}", demo.dir.display());
             }
         }

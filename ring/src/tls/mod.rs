@@ -1,0 +1,66 @@
+//! Transport security: mutual TLS on every gRPC port, identities in certificates, hot reload.
+//!
+//! - [`identity`]: the role and name a certificate speaks for (`spiffe://garden-ring/<role>/<name>`).
+//! - [`material`]: loading and checking a CA bundle, certificate and key.
+//! - [`store`]: the material in use, reloaded when its files change.
+//! - [`server`]: accepting connections and judging client certificates.
+//! - [`client`]: channels to members, checking that the server is the expected member.
+//! - [`certs`]: making a CA and certificates (`ringctl certs`).
+//!
+//! Rules: TLS 1.3 only; every client must present a certificate of the ring's CA; members talk
+//! to members only on the peer port, operators only on the Admin port (see
+//! [`identity::Role`]). Without TLS (`insecure = true`) nobody is authenticated and the actor
+//! recorded in history is whatever the client claims.
+
+pub mod certs;
+pub mod client;
+pub mod identity;
+pub mod material;
+pub mod server;
+pub mod store;
+
+use std::sync::Arc;
+
+pub use identity::{Identity, Role};
+pub use material::{TlsError, TlsFiles};
+pub use store::TlsStore;
+
+/// Whether connections use TLS.
+#[derive(Clone, Debug)]
+pub enum Security {
+    /// Plain TCP: no encryption, no authentication (`insecure = true`).
+    Insecure,
+    /// Mutual TLS with the material of this store.
+    Tls(Arc<TlsStore>),
+}
+
+impl Security {
+    /// The store, when TLS is on.
+    pub fn store(&self) -> Option<&Arc<TlsStore>> {
+        match self {
+            Security::Insecure => None,
+            Security::Tls(s) => Some(s),
+        }
+    }
+}
+
+/// A rustls error in words an operator can act on.
+pub fn describe(e: &rustls::Error) -> String {
+    use rustls::CertificateError as C;
+    match e {
+        rustls::Error::InvalidCertificate(c) => match c {
+            C::UnknownIssuer => "the certificate is not issued by this ring's CA".into(),
+            C::Expired | C::ExpiredContext { .. } => "the certificate has expired".into(),
+            C::NotValidYet | C::NotValidYetContext { .. } => {
+                "the certificate is not valid yet (check the clocks)".into()
+            }
+            C::BadSignature => "the certificate's signature is invalid".into(),
+            C::InvalidPurpose | C::InvalidPurposeContext { .. } => {
+                "the certificate is not for this use (client or server authentication)".into()
+            }
+            other => format!("invalid certificate: {other:?}"),
+        },
+        rustls::Error::General(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
