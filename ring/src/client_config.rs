@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::ConfigError;
 use crate::core::names::check_address;
+use crate::tls::material::load_roots;
 use crate::tls::{Security, TlsError, TlsFiles, TlsStore};
 
 /// Most endpoints a client config may list.
@@ -95,10 +96,17 @@ impl ClientConfig {
                 "must not be true together with ca_file, cert_file or key_file".into(),
             ));
         }
-        if !self.insecure && given != 3 {
+        if !self.insecure && self.ca_file.is_none() {
             return Err(invalid(
                 "ca_file",
-                "ca_file, cert_file and key_file are all needed (or insecure = true for a ring without TLS)".into(),
+                "is needed, with cert_file and key_file (or insecure = true for a ring without TLS)"
+                    .into(),
+            ));
+        }
+        if self.cert_file.is_some() != self.key_file.is_some() {
+            return Err(invalid(
+                "cert_file",
+                "cert_file and key_file go together".into(),
             ));
         }
         Ok(())
@@ -113,10 +121,14 @@ impl ClientConfig {
         })
     }
 
-    /// Loads the certificates (when TLS is on).
+    /// Loads the certificates (when TLS is on). With a CA file but no certificate, the client
+    /// connects over TLS without one, and the ring explains what is missing.
     pub fn security(&self) -> Result<Security, TlsError> {
-        match self.tls_files() {
-            Some(files) => Ok(Security::Tls(TlsStore::load(files, None)?)),
+        if let Some(files) = self.tls_files() {
+            return Ok(Security::Tls(TlsStore::load(files, None)?));
+        }
+        match &self.ca_file {
+            Some(ca) => Ok(Security::TlsWithoutCertificate(load_roots(ca)?)),
             None => Ok(Security::Insecure),
         }
     }
@@ -147,6 +159,7 @@ mod tests {
         for (text, field) in [
             ("endpoints = [\"nope\"]\ninsecure = true", "endpoints"),
             ("endpoints = []", "ca_file"),
+            ("ca_file = \"ca.pem\"\ncert_file = \"c.pem\"", "cert_file"),
             ("insecure = true\nca_file = \"x\"", "insecure"),
         ] {
             std::fs::write(&path, text).unwrap();

@@ -189,6 +189,21 @@ impl AdminClient {
                 Err(status) if is_connection_failure(&status) => {
                     tried.push((endpoint.clone(), status.message().to_string()));
                 }
+                Err(status)
+                    if matches!(self.security, Security::Insecure)
+                        && (status.message().contains("h2 protocol error")
+                            || matches!(status.code(), Code::Unknown | Code::Cancelled)) =>
+                {
+                    // A TLS server dropping a plain-text client: the connection breaks before
+                    // any gRPC status.
+                    tried.push((
+                        endpoint.clone(),
+                        format!(
+                            "{} (the member probably requires TLS: use a client config or certificate flags instead of --insecure)",
+                            status.message()
+                        ),
+                    ));
+                }
                 Err(status) => return Err(ClientError::Status(status)),
             }
         }

@@ -127,24 +127,55 @@ impl ResolvesClientCert for OwnCert {
 
 /// A TLS client configuration presenting `material`'s certificate and accepting `expect`.
 pub fn client_config(material: &Material, expect: Expect) -> Arc<rustls::ClientConfig> {
+    config_for(
+        material.roots.clone(),
+        Some(material.certified_key.clone()),
+        expect,
+    )
+}
+
+fn config_for(
+    roots: Arc<RootCertStore>,
+    own: Option<Arc<CertifiedKey>>,
+    expect: Expect,
+) -> Arc<rustls::ClientConfig> {
     let provider = provider();
-    let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .expect("the ring provider supports TLS 1.3")
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(MemberVerifier {
-            roots: material.roots.clone(),
+            roots,
             expect,
             provider,
-        }))
-        .with_client_cert_resolver(Arc::new(OwnCert(material.certified_key.clone())));
+        }));
+    let mut config = match own {
+        Some(key) => builder.with_client_cert_resolver(Arc::new(OwnCert(key))),
+        None => builder.with_no_client_auth(),
+    };
     config.alpn_protocols = vec![b"h2".to_vec()];
     Arc::new(config)
 }
 
+/// Where a connection takes its TLS configuration from, at connect time.
+#[derive(Clone)]
+enum Side {
+    Store(Arc<TlsStore>),
+    Roots(Arc<RootCertStore>),
+}
+
+impl Side {
+    fn config(&self, expect: Expect) -> Arc<rustls::ClientConfig> {
+        match self {
+            Side::Store(store) => client_config(&store.current(), expect),
+            Side::Roots(roots) => config_for(roots.clone(), None, expect),
+        }
+    }
+}
+
 async fn connect_tls(
     uri: Uri,
-    store: Arc<TlsStore>,
+    side: Side,
     expect: Expect,
     connect_timeout: Duration,
 ) -> std::io::Result<TokioIo<tokio_rustls::client::TlsStream<TcpStream>>> {
@@ -163,7 +194,7 @@ async fn connect_tls(
         .map_err(|_| io(format!("tcp connect to {host}:{port} timed out")))??;
     tcp.set_nodelay(true)?;
     let name = ServerName::try_from(host.clone()).map_err(|e| io(format!("host {host:?}: {e}")))?;
-    let config = client_config(&store.current(), expect);
+    let config = side.config(expect);
     let tls = tokio::time::timeout(
         connect_timeout.max(Duration::from_secs(2)),
         tokio_rustls::TlsConnector::from(config).connect(name, tcp),
@@ -194,7 +225,7 @@ fn endpoint(
 }
 
 fn connector(
-    store: &Arc<TlsStore>,
+    side: Side,
     expect: Expect,
     connect_timeout: Duration,
 ) -> impl tower::Service<
@@ -205,10 +236,17 @@ fn connector(
 > + Clone
 + Send
 + 'static {
-    let store = store.clone();
     tower::service_fn(move |uri: Uri| {
-        connect_tls(uri, store.clone(), expect.clone(), connect_timeout)
+        connect_tls(uri, side.clone(), expect.clone(), connect_timeout)
     })
+}
+
+fn side(security: &Security) -> Option<Side> {
+    match security {
+        Security::Insecure => None,
+        Security::Tls(store) => Some(Side::Store(store.clone())),
+        Security::TlsWithoutCertificate(roots) => Some(Side::Roots(roots.clone())),
+    }
 }
 
 /// A lazily connected channel to `address` (`host:port`). `tune` sets timeouts and the like.
@@ -220,10 +258,10 @@ pub fn channel(
     tune: impl FnOnce(Endpoint) -> Endpoint,
 ) -> Result<Channel, tonic::transport::Error> {
     let endpoint = endpoint(address, connect_timeout, tune)?;
-    Ok(match security {
-        Security::Insecure => endpoint.connect_lazy(),
-        Security::Tls(store) => {
-            endpoint.connect_with_connector_lazy(connector(store, expect, connect_timeout))
+    Ok(match side(security) {
+        None => endpoint.connect_lazy(),
+        Some(side) => {
+            endpoint.connect_with_connector_lazy(connector(side, expect, connect_timeout))
         }
     })
 }
@@ -238,11 +276,11 @@ pub async fn connect(
     tune: impl FnOnce(Endpoint) -> Endpoint,
 ) -> Result<Channel, tonic::transport::Error> {
     let endpoint = endpoint(address, connect_timeout, tune)?;
-    match security {
-        Security::Insecure => endpoint.connect().await,
-        Security::Tls(store) => {
+    match side(security) {
+        None => endpoint.connect().await,
+        Some(side) => {
             endpoint
-                .connect_with_connector(connector(store, expect, connect_timeout))
+                .connect_with_connector(connector(side, expect, connect_timeout))
                 .await
         }
     }

@@ -200,20 +200,26 @@ fn not_after(der: &[u8]) -> i64 {
         .unwrap_or(0)
 }
 
+/// Loads a CA bundle.
+pub fn load_roots(ca_file: &Path) -> Result<Arc<RootCertStore>, TlsError> {
+    let ca_certs = parse_certs("CA file", ca_file, &read("CA file", ca_file)?)?;
+    let mut roots = RootCertStore::empty();
+    for (i, cert) in ca_certs.into_iter().enumerate() {
+        roots.add(cert).map_err(|e| TlsError::Pem {
+            what: "CA file",
+            path: ca_file.to_path_buf(),
+            why: format!("certificate {} is not a usable CA certificate: {e}", i + 1),
+        })?;
+    }
+    Ok(Arc::new(roots))
+}
+
 impl Material {
     /// Loads and checks `files`. With `expected`, the certificate must carry that identity.
     pub fn load(files: &TlsFiles, expected: Option<&Identity>) -> Result<Self, TlsError> {
         let provider = provider();
         let ca_certs = parse_certs("CA file", &files.ca_file, &read("CA file", &files.ca_file)?)?;
-        let mut roots = RootCertStore::empty();
-        for (i, cert) in ca_certs.iter().enumerate() {
-            roots.add(cert.clone()).map_err(|e| TlsError::Pem {
-                what: "CA file",
-                path: files.ca_file.clone(),
-                why: format!("certificate {} is not a usable CA certificate: {e}", i + 1),
-            })?;
-        }
-        let roots = Arc::new(roots);
+        let roots = load_roots(&files.ca_file)?;
         let chain = parse_certs(
             "certificate file",
             &files.cert_file,

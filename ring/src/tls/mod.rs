@@ -32,14 +32,18 @@ pub enum Security {
     Insecure,
     /// Mutual TLS with the material of this store.
     Tls(Arc<TlsStore>),
+    /// Client side only: TLS trusting these CA certificates, presenting no certificate. The
+    /// ring refuses such clients; `ringctl` uses it when only a CA file is configured, so the
+    /// operator reads the ring's explanation instead of a local one.
+    TlsWithoutCertificate(Arc<rustls::RootCertStore>),
 }
 
 impl Security {
     /// The store, when TLS is on.
     pub fn store(&self) -> Option<&Arc<TlsStore>> {
         match self {
-            Security::Insecure => None,
             Security::Tls(s) => Some(s),
+            Security::Insecure | Security::TlsWithoutCertificate(_) => None,
         }
     }
 }

@@ -245,6 +245,9 @@ pub fn incoming(
             tokio_rustls::TlsAcceptor::from(server_config(store.clone())),
         )),
         Security::Insecure => None,
+        Security::TlsWithoutCertificate(_) => {
+            panic!("a server needs a certificate: TlsWithoutCertificate is for clients only")
+        }
     };
     let pending = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
     tokio::spawn(async move {

@@ -40,7 +40,7 @@ struct Cli {
     )]
     endpoint: Vec<String>,
     /// CA bundle that issued the members' certificates.
-    #[arg(long, global = true, requires_all = ["cert_file", "key_file"])]
+    #[arg(long, global = true)]
     ca_file: Option<PathBuf>,
     /// Client certificate (admin or viewer).
     #[arg(long, global = true, requires_all = ["ca_file", "key_file"])]
@@ -309,15 +309,12 @@ fn connection(cli: &Cli) -> Result<(Vec<String>, Security), Failure> {
             _ => vec!["127.0.0.1:7400".into()],
         }
     };
-    let flags = match (&cli.ca_file, &cli.cert_file, &cli.key_file) {
-        (Some(ca), Some(cert), Some(key)) => Some(ClientConfig {
-            ca_file: Some(ca.clone()),
-            cert_file: Some(cert.clone()),
-            key_file: Some(key.clone()),
-            ..ClientConfig::default()
-        }),
-        _ => None,
-    };
+    let flags = cli.ca_file.as_ref().map(|ca| ClientConfig {
+        ca_file: Some(ca.clone()),
+        cert_file: cli.cert_file.clone(),
+        key_file: cli.key_file.clone(),
+        ..ClientConfig::default()
+    });
     let chosen = if cli.insecure {
         ClientConfig {
             insecure: true,

@@ -1,0 +1,506 @@
+//! Mutual TLS with real `ringd` and `ringctl` processes: who gets in, who may do what, a peer
+//! claiming another member's id, certificate rotation without a failover, and secrets never
+//! printed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
+
+use garden_ring::pb;
+use garden_ring::raft::MemberNode;
+use garden_ring::raft::network::{PeerNetwork, PeerPool};
+use garden_ring::tls::client::{Expect, client_config};
+use garden_ring::tls::material::{Material, parse_certs, sha256_hex};
+use garden_ring::tls::{Identity, Role, Security, TlsFiles, TlsStore};
+use garden_ring_tests::{
+    Ring, RingOptions, admin_identity, binary, certs_dir, ensure_cert, eventually, status,
+};
+use serde_json::Value;
+
+const FORM: Duration = Duration::from_secs(20);
+
+fn identity(role: Role, name: &str) -> Identity {
+    Identity::new(role, name).unwrap()
+}
+
+/// `ringctl` with explicit certificate flags (no client config).
+fn ringctl_as(ring: &Ring, tls: &[&Path], args: &[&str]) -> Output {
+    let endpoints: Vec<String> = ring.procs.iter().map(|p| p.admin()).collect();
+    let mut cmd = Command::new(binary("ringctl"));
+    cmd.arg("--endpoint").arg(endpoints.join(","));
+    for (flag, path) in ["--ca-file", "--cert-file", "--key-file"].iter().zip(tls) {
+        cmd.arg(flag).arg(path);
+    }
+    cmd.args(args)
+        .env_remove("RINGCTL_CONFIG")
+        .env_remove("RINGCTL_ENDPOINTS")
+        .output()
+        .expect("run ringctl")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn refused_with(out: &Output, prefix: &str, needle: &str) {
+    assert!(!out.status.success(), "expected a refusal, got success");
+    let err = stderr(out);
+    assert!(
+        err.starts_with(&format!("ringctl: error: {prefix}")) && err.contains(needle),
+        "expected {prefix:?} mentioning {needle:?}, got: {err}"
+    );
+}
+
+fn client_as(ring: &Ring, files: TlsFiles) -> garden_ring::admin::AdminClient {
+    let store = TlsStore::load(files, None).expect("load client certificate");
+    garden_ring::admin::AdminClient::new(
+        ring.procs.iter().map(|p| p.admin()).collect(),
+        Security::Tls(store),
+        "ignored-with-tls",
+    )
+    .unwrap()
+    .with_request_timeout(Duration::from_secs(20))
+}
+
+async fn pause_as(
+    client: &garden_ring::admin::AdminClient,
+) -> Result<pb::SetPausedResponse, garden_ring::admin::ClientError> {
+    client
+        .call(
+            pb::SetPausedRequest {
+                paused: true,
+                reason: "security test".into(),
+            },
+            |mut c, r| async move { c.set_paused(r).await },
+        )
+        .await
+}
+
+#[tokio::test]
+async fn only_the_right_certificates_get_in_and_roles_limit_them() {
+    let ring = Ring::start(RingOptions::default());
+    ring.wait_leader(&[0, 1, 2], &[], FORM).await;
+    let certs = certs_dir(ring.dir.path());
+    let ca = certs.join("ca.pem");
+
+    // No client certificate at all: UNAUTHENTICATED, with what to do.
+    let out = ringctl_as(&ring, &[&ca], &["status"]);
+    refused_with(&out, "unauthenticated", "requires a client certificate");
+
+    // Plain text against a TLS port: refused, with a hint.
+    let out = ringctl_as(&ring, &[], &["--insecure", "status"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("probably requires TLS"),
+        "{}",
+        stderr(&out)
+    );
+
+    // A certificate of another CA (the client trusts both CAs, so only the ring can refuse it).
+    let other = tempfile::tempdir().unwrap();
+    let mallory = ensure_cert(other.path(), &identity(Role::Admin, "mallory"));
+    let bundle = other.path().join("bundle.pem");
+    std::fs::write(
+        &bundle,
+        std::fs::read_to_string(&ca).unwrap() + &std::fs::read_to_string(&mallory.ca_file).unwrap(),
+    )
+    .unwrap();
+    let out = ringctl_as(
+        &ring,
+        &[&bundle, &mallory.cert_file, &mallory.key_file],
+        &["pause"],
+    );
+    refused_with(&out, "unauthenticated", "not issued by this ring's CA");
+
+    // A viewer reads but cannot write.
+    let viewer = ensure_cert(&certs, &identity(Role::Viewer, "auditor"));
+    let as_viewer = [&*viewer.ca_file, &*viewer.cert_file, &*viewer.key_file];
+    let out = ringctl_as(&ring, &as_viewer, &["status", "--output", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = ringctl_as(&ring, &as_viewer, &["pause", "--reason", "nope"]);
+    refused_with(&out, "permission denied", "viewer:auditor is a viewer");
+    let err = pause_as(&client_as(&ring, viewer.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(tonic::Code::PermissionDenied), "{err}");
+
+    // A member certificate is for the peer port only.
+    let member = ensure_cert(&certs, &identity(Role::Member, "a"));
+    let out = ringctl_as(
+        &ring,
+        &[&member.ca_file, &member.cert_file, &member.key_file],
+        &["pause"],
+    );
+    refused_with(
+        &out,
+        "permission denied",
+        "member:a may not use the admin service",
+    );
+    let err = pause_as(&client_as(&ring, member)).await.unwrap_err();
+    assert_eq!(err.code(), Some(tonic::Code::PermissionDenied), "{err}");
+
+    // Nothing of that changed the ring.
+    let s = status(&ring.procs[0]).await.unwrap();
+    assert!(!s.paused, "a refused write was applied");
+
+    // An admin certificate may write, through any member (followers forward it to the
+    // leader), and history records the certificate's identity, not a claim.
+    for i in 0..3 {
+        let out = garden_ring_tests::ringctl(
+            &ring.client_config,
+            &[ring.procs[i].admin()],
+            &["pause", "--reason", "admin test"],
+        );
+        assert!(out.status.success(), "via member {i}: {}", stderr(&out));
+    }
+    let out = ring.ringctl(&["history", "--output", "json"]);
+    let events: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let actors: Vec<&str> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "ring.pause")
+        .map(|e| e["actor"].as_str().unwrap())
+        .collect();
+    assert_eq!(actors, vec![admin_identity().to_string(); 3]);
+
+    // Every refusal was logged by the member that refused it.
+    let logs = ring.logs();
+    for needle in [
+        "requires a client certificate",
+        "not issued by this ring's CA",
+        "viewer:auditor is a viewer",
+        "member:a may not use the admin service",
+    ] {
+        assert!(logs.contains(needle), "no log line mentions {needle:?}");
+    }
+}
+
+fn member_node(ring: &Ring, i: usize) -> MemberNode {
+    let c = &ring.procs[i].config;
+    MemberNode {
+        name: c.name.clone(),
+        zone: c.zone.clone(),
+        address: c.peer_address(),
+        admin_address: c.admin_address(),
+    }
+}
+
+#[tokio::test]
+async fn a_peer_cannot_claim_another_members_id() {
+    let ring = Ring::start(RingOptions::default());
+    ring.wait_leader(&[0, 1, 2], &[], FORM).await;
+    let certs = certs_dir(ring.dir.path());
+    // Member b's real certificate and key.
+    let b = TlsStore::load(ensure_cert(&certs, &identity(Role::Member, "b")), None).unwrap();
+    let pool = Arc::new(PeerPool::new(Security::Tls(b)));
+    let a = member_node(&ring, 0);
+    let timeout = Duration::from_secs(5);
+
+    // As itself (id 2), b is answered.
+    let honest = PeerNetwork::new(2, pool.clone())
+        .client(1, &a)
+        .ping(timeout)
+        .await;
+    assert!(honest.is_ok(), "{honest:?}");
+
+    // Claiming to be c (id 3) with b's certificate: refused.
+    let forged = PeerNetwork::new(3, pool.clone())
+        .client(1, &a)
+        .ping(timeout)
+        .await
+        .unwrap_err();
+    assert!(
+        forged.contains("PermissionDenied") || forged.contains("permission"),
+        "{forged}"
+    );
+    assert!(
+        forged.contains("certificate is for member:b")
+            && forged.contains("claims to come from member 3"),
+        "{forged}"
+    );
+    eventually(
+        Duration::from_secs(5),
+        "member a logs the refusal",
+        || async {
+            ring.procs[0]
+                .log()
+                .contains("claims to come from member 3")
+                .then_some(())
+        },
+    )
+    .await;
+
+    // An admin certificate is not let onto the peer port at all.
+    let admin = TlsStore::load(ensure_cert(&certs, &admin_identity()), None).unwrap();
+    let err = PeerNetwork::new(2, Arc::new(PeerPool::new(Security::Tls(admin))))
+        .client(1, &a)
+        .ping(timeout)
+        .await
+        .unwrap_err();
+    assert!(err.contains("may not use the peer service"), "{err}");
+
+    // And a client checks the server too: member a's port is not member c's.
+    let mut wrong = a.clone();
+    wrong.name = "c".into();
+    let err = PeerNetwork::new(2, pool)
+        .client(3, &wrong)
+        .ping(timeout)
+        .await
+        .unwrap_err();
+    assert!(err.contains("expected member \"c\""), "{err}");
+}
+
+/// SHA-256 of the certificate in a PEM file.
+fn pem_sha256(path: &Path) -> String {
+    let certs = parse_certs("certificate file", path, &std::fs::read(path).unwrap()).unwrap();
+    sha256_hex(certs[0].as_ref())
+}
+
+/// SHA-256 of the certificate a server presents on `address`.
+async fn presented_sha256(material: &Material, address: &str) -> String {
+    let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+    let config = client_config(material, Expect::AnyMember);
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    let chain = tls.get_ref().1.peer_certificates().unwrap();
+    sha256_hex(chain[0].as_ref())
+}
+
+#[tokio::test]
+async fn rotating_member_certificates_causes_no_failover() {
+    let ring = Ring::start(RingOptions::default());
+    let leader = ring.wait_leader(&[0, 1, 2], &[], FORM).await;
+    let before = status(&ring.procs[0]).await.unwrap();
+    let certs = certs_dir(ring.dir.path());
+    let admin = Material::load(&ensure_cert(&certs, &admin_identity()), None).unwrap();
+
+    // A broken file is reported and the certificate in use stays.
+    let key_a = certs.join("member-a-key.pem");
+    let good_key = std::fs::read(&key_a).unwrap();
+    std::fs::write(&key_a, "not a key").unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "a reports the broken key",
+        || async {
+            let s = status(&ring.procs[0]).await.ok()?;
+            let tls = s.tls?;
+            tls.reload_error.contains("member-a-key.pem").then_some(())
+        },
+    )
+    .await;
+    std::fs::write(&key_a, good_key).unwrap();
+
+    // Rotate: a new certificate and key for every member, made by the real ringctl.
+    let mut new_sha = Vec::new();
+    for p in &ring.procs {
+        let out = Command::new(binary("ringctl"))
+            .args([
+                "certs", "issue", "--role", "member", "--force", "--days", "7",
+            ])
+            .args(["--name", &p.config.name, "--dir"])
+            .arg(&certs)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let file: PathBuf = certs.join(format!("member-{}.pem", p.config.name));
+        new_sha.push(pem_sha256(&file));
+    }
+
+    // Every member loads its new certificate and presents it on both ports.
+    for (i, p) in ring.procs.iter().enumerate() {
+        let want = new_sha[i].clone();
+        eventually(
+            Duration::from_secs(10),
+            "the new certificate is loaded",
+            || async {
+                let tls = status(p).await.ok()?.tls?;
+                (tls.certificate_sha256 == want && tls.reload_error.is_empty()).then_some(())
+            },
+        )
+        .await;
+        assert_eq!(presented_sha256(&admin, &p.admin()).await, new_sha[i]);
+        assert_eq!(
+            presented_sha256(&admin, &p.config.peer_address()).await,
+            new_sha[i],
+            "peer port of {}",
+            p.config.name
+        );
+    }
+
+    // ... and as a client: the followers see the leader's new certificate on its heartbeats,
+    // and the leader sees each follower's when it forwards a write.
+    let leader_i = ring.index_of(leader);
+    for (i, p) in ring.procs.iter().enumerate() {
+        if i == leader_i {
+            continue;
+        }
+        let out = garden_ring_tests::ringctl(
+            &ring.client_config,
+            &[p.admin()],
+            &["pause", "--reason", "rotation"],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        let leader_name = ring.procs[leader_i].config.name.clone();
+        let want = new_sha[leader_i].clone();
+        eventually(
+            Duration::from_secs(10),
+            "follower saw the leader's new certificate",
+            || async {
+                let tls = status(p).await.ok()?.tls?;
+                tls.peers
+                    .iter()
+                    .any(|c| c.member == leader_name && c.certificate_sha256 == want)
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+    let s = status(&ring.procs[leader_i]).await.unwrap();
+    let peers = s.tls.unwrap().peers;
+    for (i, p) in ring.procs.iter().enumerate() {
+        if i != leader_i {
+            assert!(
+                peers
+                    .iter()
+                    .any(|c| c.member == p.config.name && c.certificate_sha256 == new_sha[i]),
+                "the leader did not see {}'s new certificate: {peers:?}",
+                p.config.name
+            );
+        }
+    }
+
+    // No failover: same leader, same term, everyone healthy.
+    for p in &ring.procs {
+        let s = status(p).await.unwrap();
+        assert_eq!(s.leader_id, leader, "leadership moved");
+        assert_eq!(s.term, before.term, "a new term began (an election)");
+        assert!(s.members.iter().all(|m| m.health == "healthy"), "{s:?}");
+    }
+}
+
+#[tokio::test]
+async fn secrets_never_reach_logs_status_history_or_errors() {
+    let mut ring = Ring::prepare(RingOptions::default());
+    for p in &mut ring.procs {
+        p.config.log.level = "debug,openraft=info".into();
+        p.spawn();
+    }
+    ring.wait_leader(&[0, 1, 2], &[], FORM).await;
+    let certs = certs_dir(ring.dir.path());
+
+    // Every line of every private key's body (the parts of a key that are secret).
+    let mut secrets: Vec<String> = Vec::new();
+    for entry in std::fs::read_dir(&certs).unwrap() {
+        let path = entry.unwrap().path();
+        if path.to_string_lossy().ends_with("-key.pem") {
+            secrets.extend(
+                std::fs::read_to_string(&path)
+                    .unwrap()
+                    .lines()
+                    .filter(|l| !l.starts_with("-----") && l.len() >= 16)
+                    .map(str::to_string),
+            );
+        }
+    }
+    assert!(secrets.len() >= 8, "found the keys' bodies");
+    let marker = "SECRET-MARKER-7f3a";
+
+    // Error paths that read secrets: a key file that is no key (on a member's reload, and in
+    // ringctl), and a key of another certificate.
+    let mut outputs = Vec::new();
+    let bad_key = ring.dir.path().join("bad-key.pem");
+    std::fs::write(&bad_key, format!("{marker}\n{}\n", secrets[0])).unwrap();
+    let admin = ensure_cert(&certs, &admin_identity());
+    let out = ringctl_as(
+        &ring,
+        &[&admin.ca_file, &admin.cert_file, &bad_key],
+        &["status"],
+    );
+    assert!(!out.status.success());
+    outputs.push(stderr(&out));
+    let member_b = ensure_cert(&certs, &identity(Role::Member, "b"));
+    let out = ringctl_as(
+        &ring,
+        &[&admin.ca_file, &admin.cert_file, &member_b.key_file],
+        &["status"],
+    );
+    assert!(!out.status.success());
+    outputs.push(stderr(&out));
+
+    let key_c = certs.join("member-c-key.pem");
+    let good = std::fs::read(&key_c).unwrap();
+    std::fs::write(&key_c, std::fs::read(&bad_key).unwrap()).unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "c reports its broken key",
+        || async {
+            let tls = status(&ring.procs[2]).await.ok()?.tls?;
+            (!tls.reload_error.is_empty()).then_some(())
+        },
+    )
+    .await;
+    for what in [
+        &["status", "--output", "json"][..],
+        &["history", "--output", "json"],
+    ] {
+        let out = garden_ring_tests::ringctl(&ring.client_config, &[ring.procs[2].admin()], what);
+        assert!(out.status.success(), "{}", stderr(&out));
+        outputs.push(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    std::fs::write(&key_c, good).unwrap();
+    // Some writes, so the logs hold more than start-up.
+    let out = ring.ringctl(&["pause", "--reason", "secret test"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    outputs.push(ring.logs());
+    let everything = outputs.join("\n");
+    assert!(
+        everything.contains("member-c-key.pem"),
+        "the errors name the file"
+    );
+    assert!(
+        !everything.contains(marker),
+        "a key file's content was printed"
+    );
+    for secret in &secrets {
+        assert!(
+            !everything.contains(secret.as_str()),
+            "a private key line was printed"
+        );
+    }
+}
+
+#[tokio::test]
+async fn without_tls_only_by_explicit_choice_and_with_a_warning() {
+    let ring = Ring::start(RingOptions {
+        insecure: true,
+        ..RingOptions::default()
+    });
+    ring.wait_leader(&[0, 1, 2], &[], FORM).await;
+    let out = ring.ringctl(&["pause", "--reason", "lab"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let s = status(&ring.procs[0]).await.unwrap();
+    assert!(s.tls.is_none(), "status says TLS is off");
+    for p in &ring.procs {
+        assert!(p.log().contains("running WITHOUT TLS"), "{}", p.log());
+    }
+    // A client that expects TLS gets a clear failure from a plain-text member.
+    let certs = tempfile::tempdir().unwrap();
+    let admin = ensure_cert(certs.path(), &admin_identity());
+    let out = ringctl_as(
+        &ring,
+        &[&admin.ca_file, &admin.cert_file, &admin.key_file],
+        &["status"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("no member answered"),
+        "{}",
+        stderr(&out)
+    );
+}
