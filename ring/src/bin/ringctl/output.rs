@@ -127,8 +127,32 @@ pub fn status(s: &pb::StatusResponse) -> String {
         .find(|m| m.id == s.member_id)
         .map(|m| m.name.clone())
         .unwrap_or_else(|| s.member_id.to_string());
+    let tls = match &s.tls {
+        None => "tls: OFF (the ring runs with insecure = true)".to_string(),
+        Some(t) => {
+            let mut line = format!(
+                "tls: on   certificate: {} sha256 {}…   valid until {} UTC",
+                t.identity,
+                t.certificate_sha256
+                    .get(..12)
+                    .unwrap_or(&t.certificate_sha256),
+                utc(u64::try_from(t.not_after_unix_s)
+                    .unwrap_or(0)
+                    .saturating_mul(1000))
+                .get(..10)
+                .unwrap_or("?")
+            );
+            if !t.reload_error.is_empty() {
+                line.push_str(&format!(
+                    "\nTLS RELOAD FAILED (old certificates in use): {}",
+                    t.reload_error
+                ));
+            }
+            line
+        }
+    };
     format!(
-        "leader: {leader}   term: {}   applied index: {}   answered by: {answered} ({})   automatic actions: {}\n\n{}\n\n{}",
+        "leader: {leader}   term: {}   applied index: {}   answered by: {answered} ({})   automatic actions: {}\n{tls}\n\n{}\n\n{}",
         s.term,
         s.applied_index,
         s.server_state,
