@@ -361,6 +361,11 @@ impl Member {
     }
 }
 
+/// Most concurrent gRPC calls on one connection (HTTP/2 streams); more wait.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 256;
+/// Largest request header list accepted, in bytes.
+pub const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
+
 /// Drops the peer connections whenever new certificates are loaded, so that this member
 /// presents them to its peers from then on.
 async fn reconnect_on_reload(
@@ -393,7 +398,9 @@ where
     F: FnOnce(tonic::transport::Server) -> tonic::transport::server::Router,
 {
     let address = listener.local_addr().ok();
-    let router = add(tonic::transport::Server::builder());
+    let router = add(tonic::transport::Server::builder()
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
+        .http2_max_header_list_size(MAX_HEADER_LIST_BYTES));
     let incoming = crate::tls::server::incoming(listener, security.clone(), what);
     tokio::spawn(async move {
         let shutdown = async move {

@@ -504,3 +504,52 @@ async fn without_tls_only_by_explicit_choice_and_with_a_warning() {
         stderr(&out)
     );
 }
+
+#[tokio::test]
+async fn oversized_admin_messages_are_refused_before_they_reach_the_log() {
+    let ring = Ring::start(RingOptions::default());
+    ring.wait_leader(&[0, 1, 2], &[], FORM).await;
+    // A client that does not limit what it sends, unlike ringctl.
+    let channel = garden_ring::tls::client::connect(
+        &ring.procs[0].admin(),
+        &ring.security,
+        Expect::AnyMember,
+        Duration::from_secs(2),
+        |e| e,
+    )
+    .await
+    .unwrap();
+    let mut raw = pb::admin_client::AdminClient::new(channel)
+        .max_encoding_message_size(usize::MAX)
+        .max_decoding_message_size(usize::MAX);
+    let huge = "x".repeat(5 * 1024 * 1024);
+    let err = raw
+        .set_paused(pb::SetPausedRequest {
+            paused: true,
+            reason: huge.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert!(err.message().contains("too large"), "{err:?}");
+    // Under the transport limit but over the proposal limits: refused by validation.
+    let err = raw
+        .set_paused(pb::SetPausedRequest {
+            paused: true,
+            reason: huge[..100_000].to_string(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    let after = status(&ring.procs[0]).await.unwrap();
+    assert!(!after.paused);
+    let out = ring.ringctl(&["history", "--output", "json"]);
+    let events: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["action"] != "ring.pause"),
+        "nothing reached the log: {events}"
+    );
+}
