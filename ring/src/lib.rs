@@ -14,6 +14,7 @@
 //! | [`raft`] | openraft glue: type config, redb storage, peer network and service | disk, network |
 //! | [`admin`] | the Admin gRPC service and its client | network |
 //! | [`config`] | `ringd`'s TOML configuration | reads one file |
+//! | [`dns`] | RFC 2136 UPDATE messages for the control planes' records | none: pure |
 //! | [`membership`] | serialized, idempotent Raft configuration changes | raft |
 //! | [`duties`] | what the leader does on its own: registry, membership, health | raft |
 //! | [`node`] | assembles one member: storage, Raft, servers, background loops | all of the above |
@@ -27,6 +28,7 @@ pub mod cli;
 pub mod config;
 pub mod core;
 pub mod demo;
+pub mod dns;
 pub mod duties;
 pub mod membership;
 pub mod node;

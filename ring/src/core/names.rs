@@ -219,6 +219,11 @@ pub fn check_ttl(ttl_s: u32) -> Result<(), String> {
 /// `evilexample.com` is not inside `example.com`, and the apex (`example.com` itself) is not
 /// below it either.
 pub fn check_name_in_zone(name: &str, zone: &str) -> Result<(), String> {
+    if name.len() > MAX_DNS_NAME_LEN || zone.len() > MAX_DNS_NAME_LEN {
+        return Err(format!(
+            "name and zone must be at most {MAX_DNS_NAME_LEN} characters"
+        ));
+    }
     let zone = zone.to_ascii_lowercase();
     check_dns_name(&zone).map_err(|why| format!("zone {zone:?}: {why}"))?;
     let name = name.to_ascii_lowercase();
