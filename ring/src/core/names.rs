@@ -192,7 +192,10 @@ fn check_bucket(bucket: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks free text such as a reason or an actor name: at most 512 bytes, no control characters.
+/// Checks free text such as a reason or an actor name: at most 512 bytes, no control
+/// characters, and none of the invisible characters that change how the text around them is
+/// shown (see [`is_invisible_format`]): history is read in terminals, where a right-to-left
+/// override can make `ringd/a` appear as someone else.
 pub fn check_text(value: &str) -> Result<(), String> {
     if value.len() > MAX_TEXT_LEN {
         return Err(format!("must be at most {MAX_TEXT_LEN} bytes"));
@@ -200,7 +203,28 @@ pub fn check_text(value: &str) -> Result<(), String> {
     if value.chars().any(char::is_control) {
         return Err("must not contain control characters".into());
     }
+    if let Some(c) = value.chars().find(|&c| is_invisible_format(c)) {
+        return Err(format!(
+            "must not contain invisible formatting characters such as U+{:04X} (bidirectional controls, zero-width characters)",
+            u32::from(c)
+        ));
+    }
     Ok(())
+}
+
+/// Invisible formatting characters: the Unicode bidirectional embeddings, overrides, isolates
+/// and marks (the "Trojan Source" characters), zero-width characters, invisible operators and
+/// the byte-order mark.
+pub fn is_invisible_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061c}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{feff}'
+    )
 }
 
 /// Checks a DNS TTL in seconds: from [`MIN_TTL_S`] (1) to [`MAX_TTL_S`] (one day).
@@ -440,7 +464,20 @@ mod tests {
     #[test]
     fn text() {
         assert_eq!(check_text("planned maintenance"), Ok(()));
+        assert_eq!(
+            check_text("ringctl:jane@laptop, \u{e9}t\u{e9} 2026"),
+            Ok(())
+        );
         assert!(check_text("line\nbreak").is_err());
+        // Found by the command_validation fuzz target: a right-to-left override was accepted.
+        for invisible in [
+            "\u{202e}evil",
+            "a\u{200b}b",
+            "\u{2066}x\u{2069}",
+            "\u{feff}x",
+        ] {
+            assert!(check_text(invisible).is_err(), "{invisible:?} accepted");
+        }
         assert!(check_text(&"x".repeat(513)).is_err());
     }
 }
