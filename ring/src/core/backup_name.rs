@@ -368,6 +368,14 @@ impl SnapshotPath {
         let layout = || BackupNameError::Layout { key: shorten(key) };
         let (dir, name) = key.rsplit_once('/').ok_or_else(layout)?;
         let prefix = match dir.rsplit_once('/') {
+            // "/v2/...": an absolute key with an empty prefix, which would format without the
+            // leading '/'.
+            Some(("", LAYOUT_V2)) => {
+                return Err(BackupNameError::Prefix {
+                    prefix: "/".into(),
+                    why: "must not start with '/' (keys are relative to the bucket)".into(),
+                });
+            }
             Some((prefix, LAYOUT_V2)) => prefix,
             None if dir == LAYOUT_V2 => "",
             _ => return Err(layout()),
@@ -578,6 +586,8 @@ mod tests {
             ("../v2/Full-00000000-00000001-1", "Prefix"),
             ("a/../../etc/v2/Full-00000000-00000001-1", "Prefix"),
             ("/etc/v2/Full-00000000-00000001-1", "Prefix"),
+            // Found by the backup_name fuzz target: accepted, and formatted without the '/'.
+            ("/v2/Full-00000000-00012345-1700000000.gz", "Prefix"),
             ("a//v2/Full-00000000-00000001-1", "Prefix"),
             ("a\\..\\b/v2/Full-00000000-00000001-1", "Prefix"),
             // Not layout v2: no v2, v1 with its Backup-<time> directory, chunks, bare names.
