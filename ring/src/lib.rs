@@ -19,6 +19,7 @@
 //! | [`duties`] | what the leader does on its own: registry, membership, health | raft |
 //! | [`node`] | assembles one member: storage, Raft, servers, background loops | all of the above |
 //! | [`demo`] | `ringctl demo`: a local ring of child `ringd` processes | processes |
+//! | [`fuzz`] | entry points for the fuzz tests (`tests/fuzz.rs`) | none: pure |
 //!
 //! See `ARCHITECTURE.md` at the repository root for the map.
 #![deny(missing_docs)]
@@ -30,6 +31,7 @@ pub mod core;
 pub mod demo;
 pub mod dns;
 pub mod duties;
+pub mod fuzz;
 pub mod membership;
 pub mod node;
 pub mod raft;
