@@ -3,7 +3,8 @@
 # missing, then formatting, lints, a build of the binaries and every test.
 #
 # Environment:
-#   NEXTEST_PROFILE  nextest profile to use (optional; nextest reads it itself).
+#   NEXTEST_PROFILE        nextest profile to use (optional; nextest reads it itself).
+#   GARDEN_RING_FUZZ_SECS  seconds of generated input per fuzz target (default 20).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -65,7 +66,10 @@ cargo clippy --workspace --all-targets -- -D warnings
 banner "cargo build --workspace --bins (the integration tests start these binaries)"
 cargo build --workspace --bins
 
-banner "cargo nextest run --workspace --no-fail-fast${NEXTEST_PROFILE:+ (profile $NEXTEST_PROFILE)}"
+# The fuzz targets (ring/tests/fuzz.rs) run on their corpus, then on generated input for this
+# many seconds each; `GARDEN_RING_FUZZ_SECS=600 ./scripts/test.sh` fuzzes longer.
+export GARDEN_RING_FUZZ_SECS="${GARDEN_RING_FUZZ_SECS:-20}"
+banner "cargo nextest run --workspace --no-fail-fast${NEXTEST_PROFILE:+ (profile $NEXTEST_PROFILE)}, fuzzing ${GARDEN_RING_FUZZ_SECS} s per target"
 cargo nextest run --workspace --no-fail-fast
 
 banner "all checks passed"

@@ -159,6 +159,10 @@ impl Default for LogSettings {
     }
 }
 
+/// Longest accepted timing, in milliseconds (one hour): more is a typo, and bounding every
+/// timing keeps the arithmetic on them far from overflow.
+pub const MAX_TIMING_MS: u64 = 3_600_000;
+
 /// The default log filter.
 pub const DEFAULT_LOG_LEVEL: &str = "info,openraft=error";
 
@@ -322,6 +326,18 @@ impl Config {
                 None => {}
             }
         }
+        // What this member will advertise must be what the ring accepts from a member (a port
+        // of 0, an IPv6 scope, or one address for both services would be refused at
+        // registration, after start).
+        self.member_spec().validate().map_err(|e| {
+            let field = match &e {
+                crate::core::CommandError::Invalid { field, .. } if field.contains("admin") => {
+                    "advertise_admin"
+                }
+                _ => "advertise_peer",
+            };
+            invalid(field, e.to_string())
+        })?;
         self.validate_timing()?;
         self.validate_initial_members()?;
         match (&self.tls, self.insecure) {
@@ -358,6 +374,20 @@ impl Config {
 
     fn validate_timing(&self) -> Result<(), ConfigError> {
         let t = &self.timing;
+        for (field, value) in [
+            ("timing.heartbeat_ms", t.heartbeat_ms),
+            ("timing.election_timeout_min_ms", t.election_timeout_min_ms),
+            ("timing.election_timeout_max_ms", t.election_timeout_max_ms),
+            ("timing.member_suspect_ms", t.member_suspect_ms),
+            ("timing.member_lost_ms", t.member_lost_ms),
+        ] {
+            if value > MAX_TIMING_MS {
+                return Err(invalid(
+                    field,
+                    format!("{value} is more than {MAX_TIMING_MS} (one hour)"),
+                ));
+            }
+        }
         if t.heartbeat_ms == 0 {
             return Err(invalid("timing.heartbeat_ms", "must be at least 1"));
         }
@@ -559,6 +589,24 @@ member_lost_ms = 2000
                 "tls",
             ),
             (format!("insecure = true\n{GOOD}"), "insecure"),
+            (
+                GOOD.replace("heartbeat_ms = 50", "heartbeat_ms = 9223372036854775807"),
+                "timing.heartbeat_ms",
+            ),
+            (
+                GOOD.replace(
+                    "listen_peer = \"127.0.0.1:7401\"",
+                    "listen_peer = \"127.0.0.1:0\"",
+                ),
+                "advertise_peer",
+            ),
+            (
+                GOOD.replace(
+                    "listen_admin = \"127.0.0.1:7400\"",
+                    "listen_admin = \"127.0.0.1:7400\"\nadvertise_peer = \"10.0.0.1:7400\"\nadvertise_admin = \"10.0.0.1:7400\"",
+                ),
+                "advertise_admin",
+            ),
         ];
         for (text, field) in cases {
             match parse(&text) {

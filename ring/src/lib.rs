@@ -16,10 +16,12 @@
 //! | [`secret`] | secrets from files or the environment, never printed | files |
 //! | [`admin`] | the Admin gRPC service and its client | network |
 //! | [`config`] | `ringd`'s TOML configuration | reads one file |
+//! | [`dns`] | RFC 2136 UPDATE messages for the control planes' records | none: pure |
 //! | [`membership`] | serialized, idempotent Raft configuration changes | raft |
 //! | [`duties`] | what the leader does on its own: registry, membership, health | raft |
 //! | [`node`] | assembles one member: storage, Raft, servers, background loops | all of the above |
 //! | [`demo`] | `ringctl demo`: a local ring of child `ringd` processes | processes |
+//! | [`fuzz`] | entry points for the fuzz tests (`tests/fuzz.rs`) | none: pure |
 //!
 //! See `ARCHITECTURE.md` at the repository root for the map.
 #![deny(missing_docs)]
@@ -30,7 +32,9 @@ pub mod client_config;
 pub mod config;
 pub mod core;
 pub mod demo;
+pub mod dns;
 pub mod duties;
+pub mod fuzz;
 pub mod membership;
 pub mod node;
 pub mod raft;

@@ -61,20 +61,44 @@ pub enum CommandError {
 impl CommandError {
     /// Builds an [`CommandError::Invalid`], truncating long values so errors stay one line.
     pub fn invalid(field: &str, value: &str, why: impl Into<String>) -> Self {
-        const SHOWN: usize = 80;
-        let value = if value.len() > SHOWN {
-            let mut end = SHOWN;
-            while !value.is_char_boundary(end) {
-                end -= 1;
-            }
-            format!("{}...", &value[..end])
-        } else {
-            value.to_string()
-        };
         Self::Invalid {
             field: field.to_string(),
-            value,
+            value: shorten(value),
             why: why.into(),
         }
+    }
+}
+
+/// `value`, cut to at most 80 bytes (on a character boundary) with `...` appended when cut, so
+/// an error that quotes hostile input stays one readable line.
+pub(crate) fn shorten(value: &str) -> String {
+    const SHOWN: usize = 80;
+    if value.len() <= SHOWN {
+        return value.to_string();
+    }
+    let mut end = SHOWN;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &value[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_values_are_shortened_on_a_character_boundary() {
+        assert_eq!(shorten("short"), "short");
+        assert_eq!(shorten(&"x".repeat(80)), "x".repeat(80));
+        assert_eq!(shorten(&"x".repeat(81)), format!("{}...", "x".repeat(80)));
+        // 'é' is two bytes; byte 80 is the start of the 41st.
+        let accents = "\u{e9}".repeat(41);
+        assert_eq!(shorten(&accents), format!("{}...", "\u{e9}".repeat(40)));
+        // 'x' then 'é's: byte 80 falls inside one.
+        let shifted = format!("x{}", "\u{e9}".repeat(41));
+        assert_eq!(shorten(&shifted), format!("x{}...", "\u{e9}".repeat(39)));
+        let err = CommandError::invalid("actor", &"a".repeat(1000), "too long");
+        assert!(err.to_string().len() < 200, "{err}");
     }
 }

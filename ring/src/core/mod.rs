@@ -8,13 +8,15 @@
 //! The modules (the state depends on commands, errors, history and placement; placement reads
 //! the state; nothing here depends on anything outside `core`):
 //! - [`limits`]: the bounds on everything (sizes, counts, lengths).
-//! - [`names`]: syntax checks for names, addresses, URLs and free text.
+//! - [`names`]: syntax checks for names, addresses, URLs, prefixes, TTLs and free text.
+//! - [`backup_name`]: etcd-backup-restore's snapshot object names, parsed and formatted.
 //! - [`error`]: [`CommandError`](error::CommandError), why a command was refused.
 //! - [`command`]: what can be proposed.
 //! - [`state`]: [`RingState`](state::RingState) and its parts, plus `apply`.
 //! - [`placement`]: the pure choice of a host for a control plane.
 //! - [`history`]: the bounded record of who did what, when and why.
 
+pub mod backup_name;
 pub mod command;
 pub mod error;
 pub mod history;

@@ -1,11 +1,15 @@
 //! Syntax checks for everything an operator names: member and control-plane names, zones, DNS
-//! names, addresses, backup locations and free text. Each check returns the reason a value is
+//! names (and whether one lies inside a zone), addresses, backup locations and prefixes, TTLs
+//! and free text. Each check returns the reason a value is
 //! wrong, in words an operator can act on; [`CommandError::invalid`] wraps it with the field.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::error::CommandError;
-use super::limits::{MAX_ADDRESS_LEN, MAX_DNS_NAME_LEN, MAX_LABEL_LEN, MAX_TEXT_LEN, MAX_URL_LEN};
+use super::limits::{
+    MAX_ADDRESS_LEN, MAX_DNS_NAME_LEN, MAX_LABEL_LEN, MAX_TEXT_LEN, MAX_TTL_S, MAX_URL_LEN,
+    MIN_TTL_S,
+};
 
 /// Checks a DNS-1123 label (Kubernetes object names): 1 to 63 characters of `a-z`, `0-9` and
 /// `-`, starting and ending with a letter or digit.
@@ -89,8 +93,9 @@ pub fn check_address(value: &str) -> Result<(), String> {
 }
 
 /// Checks a backup location URL: `s3://bucket[/prefix]`, `gs://bucket[/prefix]`,
-/// `az://container[/prefix]` or `file:///absolute/path`. Prefix segments must not be empty,
-/// `.` or `..` (no path traversal), and no control characters or backslashes are accepted.
+/// `az://container[/prefix]` or `file:///absolute/path`. The URL must be printable ASCII
+/// without whitespace, backslashes, `?`, `#`, `@` or `%` (percent-encoding could hide a `..`);
+/// the prefix must pass [`check_backup_prefix`] (no path traversal). One trailing `/` is allowed.
 pub fn check_backup_url(value: &str) -> Result<(), String> {
     if value.is_empty() {
         return Err("must not be empty".into());
@@ -98,17 +103,19 @@ pub fn check_backup_url(value: &str) -> Result<(), String> {
     if value.len() > MAX_URL_LEN {
         return Err(format!("must be at most {MAX_URL_LEN} characters"));
     }
-    if value
-        .chars()
-        .any(|c| c.is_control() || c == '\\' || c.is_whitespace())
-    {
-        return Err("must not contain whitespace, control characters or backslashes".into());
+    if !value.bytes().all(|b| b.is_ascii_graphic()) || value.contains('\\') {
+        return Err(
+            "must be printable ASCII without whitespace, control characters or backslashes".into(),
+        );
     }
     if value.contains(['?', '#', '@']) {
         return Err(
             "must not contain '?', '#' or '@' (credentials and options belong in the config, not the URL)"
                 .into(),
         );
+    }
+    if value.contains('%') {
+        return Err("must not contain '%' (no percent-encoding: it could hide a '..')".into());
     }
     let (scheme, rest) = value
         .split_once("://")
@@ -117,24 +124,51 @@ pub fn check_backup_url(value: &str) -> Result<(), String> {
         "s3" | "gs" | "az" => {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             check_bucket(bucket).map_err(|why| format!("bucket {bucket:?} {why}"))?;
-            prefix.trim_end_matches('/')
+            prefix
         }
         "file" => rest
             .strip_prefix('/')
-            .ok_or("file:// URLs must name an absolute path, like file:///var/lib/backups")?
-            .trim_end_matches('/'),
+            .ok_or("file:// URLs must name an absolute path, like file:///var/lib/backups")?,
         other => {
             return Err(format!(
                 "scheme {other:?} is not supported (use s3, gs, az or file)"
             ));
         }
     };
-    if path.is_empty() {
+    // One trailing '/' is allowed ("s3://bucket/prefix/"); "s3://bucket//" is an empty segment.
+    let prefix = match path.strip_suffix('/') {
+        Some(trimmed) if !trimmed.is_empty() => trimmed,
+        _ => path,
+    };
+    check_backup_prefix(prefix)
+}
+
+/// Checks an object-store prefix: the part of a backup location after the bucket, under which
+/// etcd-backup-restore writes `v2/<snapshot>`. It may be empty; otherwise it is `/`-separated
+/// segments of printable ASCII, none of them empty, `.` or `..` (no path traversal, no absolute
+/// path), without backslashes, `?`, `#`, `@` or `%`, at most 1 024 characters in all.
+pub fn check_backup_prefix(value: &str) -> Result<(), String> {
+    if value.len() > MAX_URL_LEN {
+        return Err(format!("must be at most {MAX_URL_LEN} characters"));
+    }
+    if let Some(bad) = value
+        .chars()
+        .find(|&c| !c.is_ascii_graphic() || matches!(c, '\\' | '?' | '#' | '@' | '%'))
+    {
+        return Err(format!(
+            "must be printable ASCII without {bad:?} (no whitespace, control characters, '\\', '?', '#', '@' or '%')"
+        ));
+    }
+    if value.is_empty() {
         return Ok(());
     }
-    for segment in path.split('/') {
+    for segment in value.split('/') {
         match segment {
-            "" => return Err("must not contain empty path segments ('//')".into()),
+            "" => {
+                return Err(
+                    "must not start or end with '/' or contain empty path segments ('//')".into(),
+                );
+            }
             "." | ".." => return Err("must not contain '.' or '..' path segments".into()),
             _ => {}
         }
@@ -158,7 +192,10 @@ fn check_bucket(bucket: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks free text such as a reason or an actor name: at most 512 bytes, no control characters.
+/// Checks free text such as a reason or an actor name: at most 512 bytes, no control
+/// characters, and none of the invisible characters that change how the text around them is
+/// shown (see [`is_invisible_format`]): history is read in terminals, where a right-to-left
+/// override can make `ringd/a` appear as someone else.
 pub fn check_text(value: &str) -> Result<(), String> {
     if value.len() > MAX_TEXT_LEN {
         return Err(format!("must be at most {MAX_TEXT_LEN} bytes"));
@@ -166,7 +203,66 @@ pub fn check_text(value: &str) -> Result<(), String> {
     if value.chars().any(char::is_control) {
         return Err("must not contain control characters".into());
     }
+    if let Some(c) = value.chars().find(|&c| is_invisible_format(c)) {
+        return Err(format!(
+            "must not contain invisible formatting characters such as U+{:04X} (bidirectional controls, zero-width characters)",
+            u32::from(c)
+        ));
+    }
     Ok(())
+}
+
+/// Invisible formatting characters: the Unicode bidirectional embeddings, overrides, isolates
+/// and marks (the "Trojan Source" characters), zero-width characters, invisible operators and
+/// the byte-order mark.
+pub fn is_invisible_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061c}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{feff}'
+    )
+}
+
+/// Checks a DNS TTL in seconds: from [`MIN_TTL_S`] (1) to [`MAX_TTL_S`] (one day).
+pub fn check_ttl(ttl_s: u32) -> Result<(), String> {
+    if !(MIN_TTL_S..=MAX_TTL_S).contains(&ttl_s) {
+        return Err(format!(
+            "TTL {ttl_s} s must be from {MIN_TTL_S} to {MAX_TTL_S} seconds"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that `name` lies strictly below `zone`: both must be DNS names (see
+/// [`check_dns_name`]; upper-case letters are accepted and compared without case, as DNS does),
+/// and the name's last labels must be the zone's labels. Labels are compared whole, so
+/// `evilexample.com` is not inside `example.com`, and the apex (`example.com` itself) is not
+/// below it either.
+pub fn check_name_in_zone(name: &str, zone: &str) -> Result<(), String> {
+    if name.len() > MAX_DNS_NAME_LEN || zone.len() > MAX_DNS_NAME_LEN {
+        return Err(format!(
+            "name and zone must be at most {MAX_DNS_NAME_LEN} characters"
+        ));
+    }
+    let zone = zone.to_ascii_lowercase();
+    check_dns_name(&zone).map_err(|why| format!("zone {zone:?}: {why}"))?;
+    let name = name.to_ascii_lowercase();
+    check_dns_name(&name)?;
+    if name == zone {
+        return Err(format!(
+            "is the apex of zone {zone}; only names below the apex are accepted"
+        ));
+    }
+    // Both are valid DNS names, so their labels contain no dots: a match of "." + zone at the
+    // end is a match of whole labels.
+    match name.strip_suffix(&zone) {
+        Some(rest) if rest.ends_with('.') => Ok(()),
+        _ => Err(format!("is not inside zone {zone}")),
+    }
 }
 
 /// Runs `check` on `value` and names `field` in the error.
@@ -253,6 +349,9 @@ mod tests {
             "gs://bucket/a/b/",
             "az://container/x",
             "file:///var/lib/backups",
+            "s3://bucket/",
+            "s3://bucket/a/",
+            "file:///",
         ] {
             assert_eq!(check_backup_url(ok), Ok(()), "{ok}");
         }
@@ -264,21 +363,121 @@ mod tests {
             "s3://bucket/../other",
             "s3://bucket/a/./b",
             "s3://bucket/a//b",
+            "s3://bucket/a//",
             "file://relative/path",
             "file:///var/../etc",
             "s3://bucket/a\\b",
             "s3://bucket/a b",
             "s3://key:secret@bucket/x",
             "s3://bucket/x?secret=1",
+            "s3://bucket/%2e%2e/other",
+            "file:///var/%2E%2E/etc",
+            "s3://bucket/caf\u{e9}",
+            "s3://bucket/a\u{202e}b",
+            "s3://bucket/a\tb",
+            "s3://bucket//",
+            "file:////etc",
         ] {
             assert!(check_backup_url(bad).is_err(), "{bad:?} accepted");
         }
     }
 
     #[test]
+    fn backup_prefixes() {
+        for ok in [
+            "",
+            "etcd-main",
+            "shoot--garden--ring-a--5f3c/etcd-main",
+            "a/b.c/d_e/v2",
+            "..a/b..",
+        ] {
+            assert_eq!(check_backup_prefix(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "/abs",
+            "trailing/",
+            "a//b",
+            "..",
+            "a/../b",
+            "./a",
+            "a/.",
+            "a\\..\\b",
+            "a b",
+            "a\nb",
+            "%2e%2e",
+            "user@host",
+            "caf\u{e9}",
+            &"x".repeat(MAX_URL_LEN + 1),
+        ] {
+            assert!(check_backup_prefix(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn ttls() {
+        for ok in [MIN_TTL_S, 60, 300, MAX_TTL_S] {
+            assert_eq!(check_ttl(ok), Ok(()), "{ok}");
+        }
+        for bad in [0, MAX_TTL_S + 1, u32::MAX] {
+            assert!(check_ttl(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn names_in_zones() {
+        for (name, zone) in [
+            ("cp-a.example.com", "example.com"),
+            ("a.b.c.example.com", "example.com"),
+            ("CP-A.Example.COM", "example.com"),
+            ("cp-a.example.com", "EXAMPLE.com"),
+            ("x.com", "com"),
+        ] {
+            assert_eq!(check_name_in_zone(name, zone), Ok(()), "{name} in {zone}");
+        }
+        for (name, zone) in [
+            // A suffix is not a label: evilexample.com is another zone.
+            ("evilexample.com", "example.com"),
+            ("cp.evilexample.com", "example.com"),
+            // The apex, in any case.
+            ("example.com", "example.com"),
+            ("Example.Com", "example.com"),
+            // Outside, or above.
+            ("cp.example.org", "example.com"),
+            ("com", "example.com"),
+            ("example.com.evil.org", "example.com"),
+            // Not names at all.
+            ("cp..example.com", "example.com"),
+            ("cp.example.com.", "example.com"),
+            ("*.example.com", "example.com"),
+            ("cp_a.example.com", "example.com"),
+            ("", "example.com"),
+            ("cp.example.com", ""),
+            ("cp.example.com", "example..com"),
+        ] {
+            assert!(
+                check_name_in_zone(name, zone).is_err(),
+                "{name:?} accepted in {zone:?}"
+            );
+        }
+    }
+
+    #[test]
     fn text() {
         assert_eq!(check_text("planned maintenance"), Ok(()));
+        assert_eq!(
+            check_text("ringctl:jane@laptop, \u{e9}t\u{e9} 2026"),
+            Ok(())
+        );
         assert!(check_text("line\nbreak").is_err());
+        // Found by the command_validation fuzz target: a right-to-left override was accepted.
+        for invisible in [
+            "\u{202e}evil",
+            "a\u{200b}b",
+            "\u{2066}x\u{2069}",
+            "\u{feff}x",
+        ] {
+            assert!(check_text(invisible).is_err(), "{invisible:?} accepted");
+        }
         assert!(check_text(&"x".repeat(513)).is_err());
     }
 }

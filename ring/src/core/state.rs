@@ -296,6 +296,13 @@ impl RingState {
     }
 
     fn add_member(&mut self, spec: &MemberSpec) -> Result<String, CommandError> {
+        // The founders are registered first. A member added before them could share a name or
+        // an address with one, and Bootstrap only checks its own list.
+        if !self.bootstrapped {
+            return Err(CommandError::Refused(
+                "the ring has not registered its founding members yet; retry".into(),
+            ));
+        }
         if self.retired_ids.contains(&spec.id) {
             return Err(CommandError::RetiredMemberId(spec.id));
         }
@@ -485,6 +492,12 @@ impl RingState {
     /// Asserts the invariants of the state. A violation is a bug in `apply`, never bad input,
     /// so it panics rather than returning an error.
     pub fn check_invariants(&self) {
+        if !self.bootstrapped {
+            assert!(
+                self.members.is_empty() && self.control_planes.is_empty(),
+                "members or control planes registered before the ring was bootstrapped"
+            );
+        }
         let mut names = BTreeSet::new();
         for (id, member) in &self.members {
             assert_eq!(*id, member.id, "member keyed under the wrong id");

@@ -404,3 +404,34 @@ fn placement_skips_joining_suspect_and_lost_members() {
         "d is still joining, b suspect, c lost"
     );
 }
+
+/// Found by the command_validation fuzz target: AddMember was accepted before Bootstrap, and a
+/// Bootstrap naming the same member name then registered it twice (an invariant panic).
+#[test]
+fn members_are_added_only_after_the_founders() {
+    let mut state = RingState::default();
+    let err = refused(&mut state, 1, Command::AddMember(spec(1, "e", "zone-e")));
+    assert!(matches!(err, CommandError::Refused(_)), "{err}");
+    assert!(state.members.is_empty());
+
+    state
+        .apply(
+            2,
+            &proposal(Command::Bootstrap {
+                members: vec![spec(2, "e", "zone-e")],
+            }),
+        )
+        .unwrap();
+    state
+        .apply(3, &proposal(Command::AddMember(spec(1, "f", "zone-f"))))
+        .unwrap();
+    assert_eq!(state.members.len(), 2);
+}
+
+#[test]
+#[should_panic(expected = "registered before the ring was bootstrapped")]
+fn invariants_refuse_members_without_bootstrap() {
+    let mut state = ring3();
+    state.bootstrapped = false;
+    state.check_invariants();
+}
