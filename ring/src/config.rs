@@ -176,6 +176,16 @@ pub enum LogFormat {
     Json,
 }
 
+/// DNS settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DnsSettings {
+    /// The DNS zone the ring's names live in, e.g. `ring.example.com`: every control plane's
+    /// DNS name must lie inside it. Read by the founders when the ring forms and recorded in
+    /// the ring; a member's later value is not used. Unset: names are not constrained.
+    pub zone: Option<String>,
+}
+
 /// Mutual TLS for both ports (see `ringctl certs`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -192,6 +202,10 @@ pub struct TlsSettings {
 
 fn default_reload_interval_ms() -> u64 {
     1_000
+}
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
 }
 
 /// Shortest accepted `tls.reload_interval_ms`.
@@ -233,6 +247,9 @@ pub struct Config {
     /// Logging.
     #[serde(default)]
     pub log: LogSettings,
+    /// DNS.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub dns: DnsSettings,
     /// Mutual TLS on both ports. Required unless `insecure = true`.
     #[serde(default)]
     pub tls: Option<TlsSettings>,
@@ -340,6 +357,10 @@ impl Config {
         })?;
         self.validate_timing()?;
         self.validate_initial_members()?;
+        if let Some(zone) = &self.dns.zone {
+            crate::core::names::check_dns_name(zone)
+                .map_err(|why| invalid("dns.zone", format!("{zone:?} {why}")))?;
+        }
         match (&self.tls, self.insecure) {
             (None, false) => {
                 return Err(invalid(
@@ -589,6 +610,7 @@ member_lost_ms = 2000
                 "tls",
             ),
             (format!("insecure = true\n{GOOD}"), "insecure"),
+            (format!("{GOOD}\n[dns]\nzone = \"bad zone\"\n"), "dns.zone"),
             (
                 GOOD.replace("heartbeat_ms = 50", "heartbeat_ms = 9223372036854775807"),
                 "timing.heartbeat_ms",

@@ -20,9 +20,14 @@ use serde::Serialize;
 
 use crate::admin::AdminClient;
 use crate::client_config::ClientConfig;
-use crate::config::{Config, InitialMember, LogSettings, SnapshotSettings, Timing, TlsSettings};
+use crate::config::{
+    Config, DnsSettings, InitialMember, LogSettings, SnapshotSettings, Timing, TlsSettings,
+};
 use crate::pb;
 use crate::tls::{Identity, Role, Security, TlsFiles, certs};
+
+/// The demo ring's DNS zone.
+pub const DEMO_ZONE: &str = "demo.garden-ring.local";
 
 /// Most members a demo starts.
 pub const MAX_DEMO_MEMBERS: usize = 9;
@@ -295,6 +300,9 @@ impl Demo {
                     reload_interval_ms: 1_000,
                 }),
                 insecure: opts.insecure,
+                dns: DnsSettings {
+                    zone: Some(DEMO_ZONE.into()),
+                },
             };
             config
                 .validate()
@@ -439,7 +447,7 @@ impl Demo {
             let req = pb::ControlPlaneAddRequest {
                 name: name.clone(),
                 home: m.name.clone(),
-                dns_name: format!("{name}.demo.garden-ring.local"),
+                dns_name: format!("{name}.{DEMO_ZONE}"),
                 endpoints,
                 backup: format!("file://{}/backups/{name}", self.dir.display()),
                 host: String::new(),

@@ -42,6 +42,7 @@ pub struct Duties {
     membership: MembershipChanger,
     state: StateMachineStore,
     timing: Timing,
+    dns_zone: Option<String>,
     network: PeerNetwork,
     contact: LeaderContact,
     leader_since: Option<Instant>,
@@ -65,8 +66,15 @@ pub struct Parts {
 }
 
 impl Duties {
-    /// Duties of member `me` (named `name`).
-    pub fn new(me: NodeId, name: &str, timing: Timing, parts: Parts) -> Self {
+    /// The duties of member `me` (named `name`); `dns_zone` is recorded when this member
+    /// registers the founders.
+    pub fn new(
+        me: NodeId,
+        name: &str,
+        timing: Timing,
+        dns_zone: Option<String>,
+        parts: Parts,
+    ) -> Self {
         let Parts {
             raft,
             membership,
@@ -81,6 +89,7 @@ impl Duties {
             membership,
             state,
             timing,
+            dns_zone,
             network,
             contact,
             leader_since: None,
@@ -149,8 +158,12 @@ impl Duties {
         // 1. Register the founders.
         if !bootstrapped {
             let members: Vec<MemberSpec> = membership.nodes().map(|(id, n)| n.spec(*id)).collect();
-            self.propose(Command::Bootstrap { members }, "ring formed".into())
-                .await;
+            let dns_zone = self.dns_zone.clone();
+            self.propose(
+                Command::Bootstrap { members, dns_zone },
+                "ring formed".into(),
+            )
+            .await;
             return;
         }
 

@@ -123,6 +123,7 @@ pub fn fixture_ring() -> RingState {
     let steps = [
         Command::Bootstrap {
             members: vec![member(1, "a"), member(2, "b"), member(3, "c")],
+            dns_zone: None,
         },
         Command::AddMember(member(4, "d")),
         Command::AddControlPlane(ControlPlaneSpec {

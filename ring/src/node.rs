@@ -318,6 +318,7 @@ impl Member {
                 id,
                 &config.name,
                 config.timing.clone(),
+                config.dns.zone.clone(),
                 duties::Parts {
                     raft: raft.clone(),
                     membership,

@@ -782,7 +782,15 @@ fn command() -> BoxedStrategy<Command> {
         ][..],
     );
     prop_oneof![
-        1 => vec(member_spec(), 0..5).prop_map(|members| Command::Bootstrap { members }),
+        1 => (
+            vec(member_spec(), 0..5),
+            prop_oneof![
+                Just(None),
+                Just(Some("ring.example.com".to_string())),
+                Just(Some("Bad Zone..".to_string())),
+            ]
+        )
+            .prop_map(|(members, dns_zone)| Command::Bootstrap { members, dns_zone }),
         3 => member_spec().prop_map(Command::AddMember),
         2 => node_id().prop_map(|id| Command::PromoteMember { id }),
         2 => node_id().prop_map(|id| Command::RemoveMember { id }),

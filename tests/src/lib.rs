@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use garden_ring::admin::AdminClient;
 use garden_ring::client_config::ClientConfig;
 use garden_ring::config::{
-    Config, InitialMember, LogSettings, SnapshotSettings, Timing, TlsSettings,
+    Config, DnsSettings, InitialMember, LogSettings, SnapshotSettings, Timing, TlsSettings,
 };
 use garden_ring::pb;
 use garden_ring::tls::{Identity, Role, Security, TlsFiles, certs};
@@ -90,6 +90,9 @@ impl Default for RingOptions {
         }
     }
 }
+
+/// The DNS zone of test rings.
+pub const TEST_ZONE: &str = "ring.test";
 
 /// The certificate directory of a test ring in `dir`.
 pub fn certs_dir(dir: &Path) -> PathBuf {
@@ -258,6 +261,9 @@ pub fn member_config(
     Config {
         id,
         tls,
+        dns: DnsSettings {
+            zone: Some(TEST_ZONE.into()),
+        },
         insecure: options.insecure,
         zone: format!("zone-{name}"),
         data_dir: dir.join(&name).join("data"),
@@ -505,7 +511,7 @@ pub fn control_plane(name: &str, home: Option<&str>) -> pb::ControlPlaneAddReque
     pb::ControlPlaneAddRequest {
         name: name.into(),
         home: home.unwrap_or_default().into(),
-        dns_name: format!("{name}.ring.test"),
+        dns_name: format!("{name}.{TEST_ZONE}"),
         endpoints: ["a", "b", "c"]
             .iter()
             .enumerate()

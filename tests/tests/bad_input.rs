@@ -198,9 +198,21 @@ async fn ringctl_refuses_bad_input_and_changes_nothing() {
     };
     refused(
         cp(&[
+            "outside",
+            "--dns-name",
+            "api.evilring.test",
+            "--endpoint-on",
+            "a=1.2.3.4:1",
+            "--backup",
+            "s3://bkt/x",
+        ]),
+        "is not inside zone ring.test (the ring's DNS zone",
+    );
+    refused(
+        cp(&[
             "Bad",
             "--dns-name",
-            "x.test",
+            "x.ring.test",
             "--endpoint-on",
             "a=1.2.3.4:1",
             "--backup",
@@ -224,7 +236,7 @@ async fn ringctl_refuses_bad_input_and_changes_nothing() {
         cp(&[
             "x",
             "--dns-name",
-            "x.test",
+            "x.ring.test",
             "--endpoint-on",
             "zz=1.2.3.4:1",
             "--backup",
@@ -236,7 +248,7 @@ async fn ringctl_refuses_bad_input_and_changes_nothing() {
         cp(&[
             "x",
             "--dns-name",
-            "x.test",
+            "x.ring.test",
             "--endpoint-on",
             "a:1.2.3.4:1",
             "--backup",
@@ -248,7 +260,7 @@ async fn ringctl_refuses_bad_input_and_changes_nothing() {
         cp(&[
             "x",
             "--dns-name",
-            "x.test",
+            "x.ring.test",
             "--endpoint-on",
             "a=1.2.3.4",
             "--backup",
@@ -260,7 +272,7 @@ async fn ringctl_refuses_bad_input_and_changes_nothing() {
         cp(&[
             "x",
             "--dns-name",
-            "x.test",
+            "x.ring.test",
             "--endpoint-on",
             "a=1.2.3.4:1",
             "--backup",
@@ -272,7 +284,7 @@ async fn ringctl_refuses_bad_input_and_changes_nothing() {
         cp(&[
             "x",
             "--dns-name",
-            "x.test",
+            "x.ring.test",
             "--endpoint-on",
             "a=1.2.3.4:1",
             "--backup",
@@ -284,7 +296,7 @@ async fn ringctl_refuses_bad_input_and_changes_nothing() {
         cp(&[
             "x",
             "--dns-name",
-            "x.test",
+            "x.ring.test",
             "--endpoint-on",
             "a=1.2.3.4:1",
             "--backup",

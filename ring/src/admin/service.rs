@@ -406,12 +406,13 @@ impl Admin for AdminService {
     ) -> Result<Response<pb::StatusResponse>, Status> {
         caller(&request, Access::Read)?;
         let m = self.metrics();
-        let (members, control_planes, paused, applied_index) = self.read(|a| {
+        let (members, control_planes, paused, applied_index, dns_zone) = self.read(|a| {
             (
                 self.members(a),
                 a.state.control_planes.values().map(control_plane).collect(),
                 a.state.settings.paused,
                 a.applied_index(),
+                a.state.settings.dns_zone.clone().unwrap_or_default(),
             )
         });
         Ok(Response::new(pb::StatusResponse {
@@ -424,6 +425,7 @@ impl Admin for AdminService {
             members,
             control_planes,
             tls: self.tls_status(),
+            dns_zone,
         }))
     }
 

@@ -158,6 +158,10 @@ pub enum Command {
     Bootstrap {
         /// The initial members.
         members: Vec<MemberSpec>,
+        /// The DNS zone every control plane's DNS name must lie inside (from the founders'
+        /// `[dns] zone`); `None` leaves DNS names unconstrained.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dns_zone: Option<String>,
     },
     /// Registers a new member; it joins Raft as a learner next.
     AddMember(MemberSpec),
@@ -211,7 +215,10 @@ impl Command {
     /// Syntax checks (see [`Proposal::validate`]).
     pub fn validate(&self) -> Result<(), CommandError> {
         match self {
-            Command::Bootstrap { members } => {
+            Command::Bootstrap { members, dns_zone } => {
+                if let Some(zone) = dns_zone {
+                    require("DNS zone", zone, check_dns_name)?;
+                }
                 if members.is_empty() {
                     return Err(CommandError::invalid(
                         "initial members",

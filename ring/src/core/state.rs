@@ -17,6 +17,7 @@ use super::command::{Command, ControlPlaneSpec, MemberSpec, Proposal};
 use super::error::CommandError;
 use super::history::{Event, History};
 use super::limits::{MAX_CONTROL_PLANES, MAX_MEMBERS};
+use super::names::check_name_in_zone;
 use super::placement;
 
 /// A member's place in the Raft configuration, mirrored from committed membership entries.
@@ -145,6 +146,9 @@ pub struct ControlPlane {
 pub struct RingSettings {
     /// When set, the ring takes no automatic action (no failover); operator commands still work.
     pub paused: bool,
+    /// The DNS zone every control plane's DNS name lies inside, if the founders set one.
+    #[serde(default)]
+    pub dns_zone: Option<String>,
 }
 
 /// The replicated state of a ring, version 1.
@@ -201,7 +205,7 @@ impl RingState {
         proposal.validate()?;
         let subject = subject(self, &proposal.command);
         let detail = match &proposal.command {
-            Command::Bootstrap { members } => match self.bootstrap(members)? {
+            Command::Bootstrap { members, dns_zone } => match self.bootstrap(members, dns_zone)? {
                 Some(detail) => detail,
                 None => return Ok(()),
             },
@@ -251,9 +255,14 @@ impl RingState {
         self.check_invariants();
     }
 
-    fn bootstrap(&mut self, members: &[MemberSpec]) -> Result<Option<String>, CommandError> {
+    fn bootstrap(
+        &mut self,
+        members: &[MemberSpec],
+        dns_zone: &Option<String>,
+    ) -> Result<Option<String>, CommandError> {
         if self.bootstrapped {
-            let same = members.len() == self.members.len()
+            let same = *dns_zone == self.settings.dns_zone
+                && members.len() == self.members.len()
                 && members.iter().all(|spec| {
                     self.members.get(&spec.id).is_some_and(|m| {
                         m.name == spec.name
@@ -266,7 +275,8 @@ impl RingState {
                 Ok(None)
             } else {
                 Err(CommandError::Refused(
-                    "the ring is already bootstrapped with other members".into(),
+                    "the ring is already bootstrapped with other members or another DNS zone"
+                        .into(),
                 ))
             };
         }
@@ -287,6 +297,7 @@ impl RingState {
             self.members
                 .insert(spec.id, new_member(spec, Role::Voter, true));
         }
+        self.settings.dns_zone = dns_zone.clone();
         self.bootstrapped = true;
         let names: Vec<_> = members
             .iter()
@@ -405,6 +416,17 @@ impl RingState {
             return Err(CommandError::Limit(format!(
                 "at most {MAX_CONTROL_PLANES} control planes"
             )));
+        }
+        if let Some(zone) = &self.settings.dns_zone {
+            check_name_in_zone(&spec.dns_name, zone).map_err(|why| {
+                CommandError::invalid(
+                    "DNS name",
+                    &spec.dns_name,
+                    format!(
+                        "{why} (the ring's DNS zone; every control plane's name must lie inside it)"
+                    ),
+                )
+            })?;
         }
         if let Some(other) = self
             .control_planes

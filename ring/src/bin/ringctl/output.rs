@@ -152,11 +152,16 @@ pub fn status(s: &pb::StatusResponse) -> String {
         }
     };
     format!(
-        "leader: {leader}   term: {}   applied index: {}   answered by: {answered} ({})   automatic actions: {}\n{tls}\n\n{}\n\n{}",
+        "leader: {leader}   term: {}   applied index: {}   answered by: {answered} ({})   automatic actions: {}\n{tls}\ndns zone: {}\n\n{}\n\n{}",
         s.term,
         s.applied_index,
         s.server_state,
         if s.paused { "PAUSED" } else { "on" },
+        if s.dns_zone.is_empty() {
+            "(none: names unconstrained)"
+        } else {
+            &s.dns_zone
+        },
         members(&s.members, Some(s.leader_id)),
         control_planes(&s.control_planes)
     )

@@ -28,7 +28,13 @@ fn ring3() -> RingState {
         spec(3, "c", "zone-c"),
     ];
     state
-        .apply(1, &proposal(Command::Bootstrap { members }))
+        .apply(
+            1,
+            &proposal(Command::Bootstrap {
+                members,
+                dns_zone: None,
+            }),
+        )
         .unwrap();
     state
 }
@@ -71,12 +77,25 @@ fn bootstrap_registers_voters_once() {
         spec(3, "c", "zone-c"),
     ];
     state
-        .apply(2, &proposal(Command::Bootstrap { members: again }))
+        .apply(
+            2,
+            &proposal(Command::Bootstrap {
+                members: again,
+                dns_zone: None,
+            }),
+        )
         .unwrap();
     assert_eq!(state.history.len(), 1);
 
     let other = vec![spec(1, "x", "zone-a")];
-    let err = refused(&mut state, 3, Command::Bootstrap { members: other });
+    let err = refused(
+        &mut state,
+        3,
+        Command::Bootstrap {
+            members: other,
+            dns_zone: None,
+        },
+    );
     assert!(matches!(err, CommandError::Refused(_)), "{err}");
 }
 
@@ -88,6 +107,7 @@ fn bootstrap_rejects_duplicates() {
         1,
         Command::Bootstrap {
             members: vec![spec(1, "a", "z"), spec(1, "b", "z")],
+            dns_zone: None,
         },
     );
     assert_eq!(err, CommandError::DuplicateMemberId(1));
@@ -96,6 +116,7 @@ fn bootstrap_rejects_duplicates() {
         1,
         Command::Bootstrap {
             members: vec![spec(1, "a", "z"), spec(2, "a", "z")],
+            dns_zone: None,
         },
     );
     assert!(
@@ -303,6 +324,7 @@ fn last_voter_cannot_be_removed() {
             1,
             &proposal(Command::Bootstrap {
                 members: vec![spec(1, "a", "zone-a")],
+                dns_zone: None,
             }),
         )
         .unwrap();
@@ -419,6 +441,7 @@ fn members_are_added_only_after_the_founders() {
             2,
             &proposal(Command::Bootstrap {
                 members: vec![spec(2, "e", "zone-e")],
+                dns_zone: None,
             }),
         )
         .unwrap();
@@ -434,4 +457,70 @@ fn invariants_refuse_members_without_bootstrap() {
     let mut state = ring3();
     state.bootstrapped = false;
     state.check_invariants();
+}
+
+#[test]
+fn control_plane_names_must_lie_inside_the_rings_dns_zone() {
+    let mut state = RingState::default();
+    let members = vec![
+        spec(1, "a", "zone-a"),
+        spec(2, "b", "zone-b"),
+        spec(3, "c", "zone-c"),
+    ];
+    let zone = Some("ring.example".to_string());
+    state
+        .apply(
+            1,
+            &proposal(Command::Bootstrap {
+                members: members.clone(),
+                dns_zone: zone.clone(),
+            }),
+        )
+        .unwrap();
+    assert_eq!(state.settings.dns_zone, zone);
+    for outside in [
+        "cp.evilring.example",
+        "ring.example",
+        "cp.ring.example.org",
+        "cp.other",
+    ] {
+        let mut c = cp("x", None);
+        c.dns_name = outside.into();
+        let err = refused(&mut state, 2, Command::AddControlPlane(c));
+        assert!(
+            err.to_string().contains("the ring's DNS zone"),
+            "{outside}: {err}"
+        );
+    }
+    // Inside.
+    let mut c = cp("x", None);
+    c.dns_name = "api.x.ring.example".into();
+    state
+        .apply(3, &proposal(Command::AddControlPlane(c)))
+        .unwrap();
+    // The same bootstrap again is a no-op; another zone is refused.
+    state
+        .apply(
+            4,
+            &proposal(Command::Bootstrap {
+                members: members.clone(),
+                dns_zone: zone,
+            }),
+        )
+        .unwrap();
+    let err = refused(
+        &mut state,
+        5,
+        Command::Bootstrap {
+            members,
+            dns_zone: Some("other.example".into()),
+        },
+    );
+    assert!(err.to_string().contains("another DNS zone"), "{err}");
+    // A malformed zone never reaches the log.
+    let bad = Command::Bootstrap {
+        members: vec![spec(1, "a", "zone-a")],
+        dns_zone: Some("not a zone".into()),
+    };
+    assert!(bad.validate().is_err());
 }
