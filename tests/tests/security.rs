@@ -312,6 +312,7 @@ async fn rotating_member_certificates_causes_no_failover() {
     }
 
     // Every member loads its new certificate and presents it on both ports.
+    let rotated_at = std::time::Instant::now();
     for (i, p) in ring.procs.iter().enumerate() {
         let want = new_sha[i].clone();
         eventually(
@@ -331,6 +332,11 @@ async fn rotating_member_certificates_causes_no_failover() {
             p.config.name
         );
     }
+
+    println!(
+        "all members present their new certificates {} ms after the files were replaced (reload_interval_ms 200)",
+        rotated_at.elapsed().as_millis()
+    );
 
     // ... and as a client: the followers see the leader's new certificate on its heartbeats,
     // and the leader sees each follower's when it forwards a write.
@@ -375,6 +381,10 @@ async fn rotating_member_certificates_causes_no_failover() {
     }
 
     // No failover: same leader, same term, everyone healthy.
+    println!(
+        "leader {leader} and term {} before and after the rotation",
+        before.term
+    );
     for p in &ring.procs {
         let s = status(p).await.unwrap();
         assert_eq!(s.leader_id, leader, "leadership moved");

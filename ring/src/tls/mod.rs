@@ -68,3 +68,41 @@ pub fn describe(e: &rustls::Error) -> String {
         other => other.to_string(),
     }
 }
+
+/// Handshake signature checks shared by both sides' verifiers: TLS 1.3 only.
+pub(crate) mod handshake {
+    use rustls::DigitallySignedStruct;
+    use rustls::SignatureScheme;
+    use rustls::client::danger::HandshakeSignatureValid;
+    use rustls::crypto::CryptoProvider;
+    use rustls_pki_types::CertificateDer;
+
+    /// TLS 1.2 is never configured; a 1.2 signature is refused.
+    pub fn tls12() -> Result<HandshakeSignatureValid, rustls::Error> {
+        Err(rustls::Error::PeerIncompatible(
+            rustls::PeerIncompatible::Tls12NotOffered,
+        ))
+    }
+
+    /// Checks that the peer holds the key of `cert`.
+    pub fn tls13(
+        provider: &CryptoProvider,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &provider.signature_verification_algorithms,
+        )
+    }
+
+    /// The signature schemes `provider` verifies.
+    pub fn schemes(provider: &CryptoProvider) -> Vec<SignatureScheme> {
+        provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
