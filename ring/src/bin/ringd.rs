@@ -107,6 +107,7 @@ fn init_logging(config: &Config) {
 
 fn main() -> ExitCode {
     let args = garden_ring::cli::parse_or_exit::<Args>("ringd");
+    garden_ring::tls::install_crypto_provider();
     let config = match load(&args) {
         Ok(c) => c,
         Err(e) => {

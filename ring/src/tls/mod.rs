@@ -48,6 +48,14 @@ impl Security {
     }
 }
 
+/// Installs the process-wide rustls crypto provider (ring). garden-ring passes its provider
+/// explicitly everywhere, but a dependency that builds a rustls config with the default (the
+/// object-store client will) panics when two providers are compiled in and none is installed.
+/// Call once at the start of each binary; later calls do nothing.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// A rustls error in words an operator can act on.
 pub fn describe(e: &rustls::Error) -> String {
     use rustls::CertificateError as C;

@@ -454,6 +454,7 @@ fn say(text: &str) {
 
 fn main() -> ExitCode {
     let cli = garden_ring::cli::parse_or_exit::<Cli>("ringctl");
+    garden_ring::tls::install_crypto_provider();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
