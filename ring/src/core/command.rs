@@ -12,7 +12,7 @@ use super::limits::{MAX_MEMBERS, MAX_TEXT_LEN};
 use super::names::{
     check_address, check_backup_url, check_dns_name, check_label, check_text, require,
 };
-use super::state::Health;
+use super::state::{Health, MoveKind};
 
 /// A command with its context, as written to the Raft log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -189,6 +189,45 @@ pub enum Command {
         /// Its name.
         name: String,
     },
+    /// Moves a control plane to another member, or unplaces it, at the next epoch.
+    MoveControlPlane {
+        /// Its name.
+        name: String,
+        /// The new host; `None` unplaces it (no eligible member).
+        to: Option<String>,
+        /// The epoch after the move: exactly one more than the current one.
+        epoch: u64,
+        /// Why it moves.
+        kind: MoveKind,
+        /// Why it is unplaced, when `to` is `None`.
+        #[serde(default)]
+        note: String,
+    },
+    /// A former host no longer holds a lease on a control plane.
+    ReleaseFence {
+        /// The control plane.
+        name: String,
+        /// Its current epoch.
+        epoch: u64,
+        /// The former host.
+        member: String,
+    },
+    /// The host serves the control plane at its current epoch.
+    ReportServing {
+        /// The control plane.
+        name: String,
+        /// Its current epoch.
+        epoch: u64,
+        /// The host.
+        member: String,
+    },
+    /// Cordons or uncordons a member (a cordoned member gets no new control planes).
+    Cordon {
+        /// The member.
+        id: NodeId,
+        /// Cordoned or not.
+        cordoned: bool,
+    },
     /// Pauses or resumes the ring's automatic actions.
     SetPaused {
         /// Paused or not.
@@ -207,6 +246,13 @@ impl Command {
             Command::SetHealth { .. } => "member.health",
             Command::AddControlPlane(_) => "control-plane.add",
             Command::RemoveControlPlane { .. } => "control-plane.remove",
+            Command::MoveControlPlane { .. } => "control-plane.move",
+            Command::ReleaseFence { .. } => "control-plane.released",
+            Command::ReportServing { .. } => "control-plane.serving",
+            Command::Cordon { cordoned: true, .. } => "member.cordon",
+            Command::Cordon {
+                cordoned: false, ..
+            } => "member.uncordon",
             Command::SetPaused { paused: true } => "ring.pause",
             Command::SetPaused { paused: false } => "ring.resume",
         }
@@ -236,7 +282,8 @@ impl Command {
             Command::AddMember(spec) => spec.validate(),
             Command::PromoteMember { id }
             | Command::RemoveMember { id }
-            | Command::SetHealth { id, .. } => {
+            | Command::SetHealth { id, .. }
+            | Command::Cordon { id, .. } => {
                 if *id == 0 {
                     return Err(CommandError::invalid(
                         "member id",
@@ -249,6 +296,39 @@ impl Command {
             Command::AddControlPlane(spec) => spec.validate(),
             Command::RemoveControlPlane { name } => {
                 require("control plane name", name, check_label)
+            }
+            Command::MoveControlPlane {
+                name,
+                to,
+                epoch,
+                note,
+                ..
+            } => {
+                require("control plane name", name, check_label)?;
+                if let Some(to) = to {
+                    require("member name", to, check_label)?;
+                }
+                if *epoch == 0 {
+                    return Err(CommandError::invalid("epoch", "0", "must be at least 1"));
+                }
+                require("note", note, check_text)
+            }
+            Command::ReleaseFence {
+                name,
+                epoch,
+                member,
+            }
+            | Command::ReportServing {
+                name,
+                epoch,
+                member,
+            } => {
+                require("control plane name", name, check_label)?;
+                require("member name", member, check_label)?;
+                if *epoch == 0 {
+                    return Err(CommandError::invalid("epoch", "0", "must be at least 1"));
+                }
+                Ok(())
             }
             Command::SetPaused { .. } => Ok(()),
         }

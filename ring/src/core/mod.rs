@@ -18,6 +18,7 @@
 
 pub mod backup_name;
 pub mod command;
+pub mod controller;
 pub mod error;
 pub mod history;
 pub mod limits;
@@ -28,7 +29,7 @@ pub mod state;
 pub use command::{Command, ControlPlaneSpec, MemberSpec, Proposal};
 pub use error::CommandError;
 pub use history::{Event, History};
-pub use state::{ControlPlane, Health, Member, Phase, RingSettings, RingState, Role};
+pub use state::{ControlPlane, Health, Member, MoveKind, Phase, RingSettings, RingState, Role};
 
 /// Raft node id of a member. Never reused within a ring.
 pub type NodeId = u64;

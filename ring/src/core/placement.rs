@@ -1,42 +1,115 @@
 //! Placement: the pure choice of a member to host a control plane.
 //!
-//! Version 1 rules (the self-healing work extends them with cordons, capacity and preferences):
-//! the host must be a registered member that is in the Raft configuration (not still joining),
-//! has an endpoint for the control plane, is not its home, is not suspect or lost, and is not in
-//! the home's zone when another zone is available.
-//! Among those, the member hosting the fewest control planes wins; ties go to the lowest id so
-//! every member computes the same answer.
+//! A host must be a registered member that is in the Raft configuration (not still joining),
+//! has an endpoint for the control plane, is not its home, is healthy (or not judged yet), is
+//! not cordoned, is not in the home's zone, is not in a zone being avoided (the zone of a lost
+//! host), and hosts fewer than the per-member capacity (0: no limit). Among those, the member
+//! hosting the fewest control planes wins; ties go to the lowest id, so every member computes
+//! the same answer. When nobody is eligible the answer says why, member by member.
+
+use std::collections::BTreeMap;
 
 use super::command::ControlPlaneSpec;
-use super::state::{Health, RingState, Role};
+use super::state::{ControlPlane, Health, RingState, Role};
 
-/// Chooses a host for `spec`, or `None` when no member is eligible.
-pub fn choose_host(state: &RingState, spec: &ControlPlaneSpec) -> Option<String> {
-    let home_zone = spec
+/// What to place.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    /// The control plane's name (for messages).
+    pub name: &'a str,
+    /// Its home member, never a host.
+    pub home: Option<&'a str>,
+    /// Members with an endpoint for it.
+    pub endpoints: &'a BTreeMap<String, String>,
+    /// Members not to choose (its current host).
+    pub exclude: Option<&'a str>,
+    /// A zone to avoid (the zone of a lost host).
+    pub avoid_zone: Option<&'a str>,
+}
+
+impl<'a> Request<'a> {
+    /// A request for a new control plane.
+    pub fn new(spec: &'a ControlPlaneSpec) -> Self {
+        Self {
+            name: &spec.name,
+            home: spec.home.as_deref(),
+            endpoints: &spec.endpoints,
+            exclude: None,
+            avoid_zone: None,
+        }
+    }
+
+    /// A request to move `cp` off its current host.
+    pub fn moving(cp: &'a ControlPlane) -> Self {
+        Self {
+            name: &cp.name,
+            home: cp.home.as_deref(),
+            endpoints: &cp.endpoints,
+            exclude: cp.host.as_deref(),
+            avoid_zone: None,
+        }
+    }
+
+    /// Also avoid `zone`.
+    pub fn avoiding_zone(mut self, zone: Option<&'a str>) -> Self {
+        self.avoid_zone = zone;
+        self
+    }
+}
+
+/// Chooses a host for `request`, or says why nobody is eligible. `capacity` is the most control
+/// planes one member may host (0: no limit).
+pub fn choose_host(
+    state: &RingState,
+    request: &Request<'_>,
+    capacity: usize,
+) -> Result<String, String> {
+    let home_zone = request
         .home
-        .as_ref()
         .and_then(|home| state.member_by_name(home))
-        .map(|m| m.zone.clone());
-    let eligible: Vec<_> = state
-        .members
-        .values()
-        .filter(|m| spec.endpoints.contains_key(&m.name))
-        .filter(|m| spec.home.as_deref() != Some(m.name.as_str()))
-        .filter(|m| m.role != Role::Joining)
-        .filter(|m| !matches!(m.health, Health::Suspect | Health::Lost))
-        .collect();
-    let outside_home_zone: Vec<_> = eligible
-        .iter()
-        .copied()
-        .filter(|m| home_zone.as_deref() != Some(m.zone.as_str()))
-        .collect();
-    let candidates = if outside_home_zone.is_empty() {
-        eligible
-    } else {
-        outside_home_zone
-    };
-    candidates
-        .into_iter()
-        .min_by_key(|m| (state.hosted_count(&m.name), m.id))
-        .map(|m| m.name.clone())
+        .map(|m| m.zone.as_str());
+    let mut why_not: Vec<String> = Vec::new();
+    let mut best: Option<(usize, u64, &str)> = None;
+    for m in state.members.values() {
+        // Members without an endpoint, and the current host, are not candidates at all: no
+        // need to explain them.
+        let reason = if !request.endpoints.contains_key(&m.name)
+            || request.exclude == Some(m.name.as_str())
+        {
+            None
+        } else if request.home == Some(m.name.as_str()) {
+            Some("its home".to_string())
+        } else if m.role == Role::Joining {
+            Some("joining".into())
+        } else if matches!(m.health, Health::Suspect | Health::Lost) {
+            Some(m.health.to_string())
+        } else if m.cordoned {
+            Some("cordoned".into())
+        } else if home_zone == Some(m.zone.as_str()) {
+            Some(format!("in the home zone {}", m.zone))
+        } else if request.avoid_zone == Some(m.zone.as_str()) {
+            Some(format!("in the lost zone {}", m.zone))
+        } else {
+            let hosted = state.hosted_count(&m.name);
+            if capacity > 0 && hosted >= capacity {
+                Some(format!("at capacity ({hosted} of {capacity})"))
+            } else {
+                if best.is_none_or(|(h, id, _)| (hosted, m.id) < (h, id)) {
+                    best = Some((hosted, m.id, &m.name));
+                }
+                continue;
+            }
+        };
+        if let Some(reason) = reason {
+            why_not.push(format!("{} {reason}", m.name));
+        }
+    }
+    match best {
+        Some((_, _, name)) => Ok(name.to_string()),
+        None if why_not.is_empty() => Err(format!(
+            "no other member has an endpoint for {}",
+            request.name
+        )),
+        None => Err(format!("no eligible member: {}", why_not.join(", "))),
+    }
 }

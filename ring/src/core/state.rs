@@ -65,20 +65,57 @@ impl fmt::Display for Health {
     }
 }
 
-/// Where a control plane is in its life.
+/// Where a control plane is in its life. Only in `Starting` and `Running` may its host serve it
+/// (hold a lease on it); see [`RingState::grants`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Phase {
-    /// No member could host it yet.
-    Pending,
-    /// Assigned to its host.
+    /// No host: no member was eligible (the reason is recorded).
+    #[serde(alias = "Pending")]
+    Unplaced,
+    /// Assigned to its new host, which must not start it yet: a former host may still hold a
+    /// lease on it (see [`ControlPlane::fencing`]).
+    Fencing,
+    /// Its host may start it; it has not reported serving yet.
+    Starting,
+    /// Its host reported serving it at the current epoch.
     Running,
 }
 
 impl fmt::Display for Phase {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Phase::Pending => "pending",
+            Phase::Unplaced => "unplaced",
+            Phase::Fencing => "fencing",
+            Phase::Starting => "starting",
             Phase::Running => "running",
+        })
+    }
+}
+
+/// Why a control plane moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MoveKind {
+    /// Placed for the first time, or again after it was unplaced.
+    Placement,
+    /// Its host was lost (automatic).
+    Failover,
+    /// Planned by the operator: the old host stops first.
+    Switchover,
+    /// Planned: its host is being drained.
+    Drain,
+    /// Forced by the operator (`ringctl failover`).
+    Forced,
+}
+
+impl fmt::Display for MoveKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MoveKind::Placement => "placement",
+            MoveKind::Failover => "failover",
+            MoveKind::Switchover => "switchover",
+            MoveKind::Drain => "drain",
+            MoveKind::Forced => "forced failover",
         })
     }
 }
@@ -105,6 +142,9 @@ pub struct Member {
     /// Whether a leader has ever heard from it (it has been healthy at least once). A member
     /// that comes back with an empty data directory while this is set has lost its data.
     pub contacted: bool,
+    /// Cordoned by the operator: it gets no new control planes (it keeps the ones it has).
+    #[serde(default)]
+    pub cordoned: bool,
 }
 
 impl Member {
@@ -139,6 +179,18 @@ pub struct ControlPlane {
     pub epoch: u64,
     /// Life-cycle phase.
     pub phase: Phase,
+    /// Former hosts that may still hold a lease on it. The current host may start it only once
+    /// this is empty: each former host released it (reported it stopped after the move), its
+    /// lease ran out on the leader's clock, or it was judged lost.
+    #[serde(default)]
+    pub fencing: BTreeSet<String>,
+    /// Why it is unplaced (empty otherwise).
+    #[serde(default)]
+    pub unplaced_reason: String,
+    /// When it last moved (the proposal's time, Unix ms; 0 if never): automatic moves keep a
+    /// minimum interval (anti-flapping).
+    #[serde(default)]
+    pub moved_at_ms: u64,
 }
 
 /// Ring-wide settings.
@@ -191,6 +243,19 @@ impl RingState {
             .count()
     }
 
+    /// What member `name` may serve now: its control planes in `Starting` or `Running`, with
+    /// their epochs. A lease granted by the leader covers exactly these.
+    pub fn grants(&self, name: &str) -> BTreeMap<String, u64> {
+        self.control_planes
+            .values()
+            .filter(|cp| {
+                cp.host.as_deref() == Some(name)
+                    && matches!(cp.phase, Phase::Starting | Phase::Running)
+            })
+            .map(|cp| (cp.name.clone(), cp.epoch))
+            .collect()
+    }
+
     /// Names of the control planes hosted by the member named `name`.
     pub fn hosted_by(&self, name: &str) -> Vec<String> {
         self.control_planes
@@ -218,6 +283,29 @@ impl RingState {
             },
             Command::AddControlPlane(spec) => self.add_control_plane(spec)?,
             Command::RemoveControlPlane { name } => self.remove_control_plane(name)?,
+            Command::MoveControlPlane {
+                name,
+                to,
+                epoch,
+                kind,
+                note,
+            } => {
+                self.move_control_plane(name, to.as_deref(), *epoch, *kind, note, proposal.at_ms)?
+            }
+            Command::ReleaseFence {
+                name,
+                epoch,
+                member,
+            } => self.release_fence(name, *epoch, member)?,
+            Command::ReportServing {
+                name,
+                epoch,
+                member,
+            } => self.report_serving(name, *epoch, member)?,
+            Command::Cordon { id, cordoned } => match self.cordon(*id, *cordoned)? {
+                Some(detail) => detail,
+                None => return Ok(()),
+            },
             Command::SetPaused { paused } => {
                 self.settings.paused = *paused;
                 if *paused {
@@ -402,10 +490,205 @@ impl RingState {
         if member.health == health {
             return Ok(None);
         }
-        let detail = format!("{} -> {}", member.health, health);
+        let mut detail = format!("{} -> {}", member.health, health);
         member.health = health;
         member.contacted |= health == Health::Healthy;
+        if health == Health::Lost {
+            // Lost means silent for member_lost_ms > lease_ms + fence_ms + margin: whatever
+            // lease it held has run out and it fenced itself (DESIGN.md rules 1 and 2).
+            let name = member.name.clone();
+            let mut released = Vec::new();
+            for cp in self.control_planes.values_mut() {
+                if cp.fencing.remove(&name) {
+                    released.push(cp.name.clone());
+                    if cp.fencing.is_empty() && cp.phase == Phase::Fencing {
+                        cp.phase = Phase::Starting;
+                    }
+                }
+            }
+            if !released.is_empty() {
+                detail.push_str(&format!("; no longer fencing {}", released.join(", ")));
+            }
+        }
         Ok(Some(detail))
+    }
+
+    /// Assigns control plane `name` to member `to` (or unplaces it) at `epoch`, which must be
+    /// exactly one more than its current epoch, so a decision taken on stale state fails. The
+    /// former host joins the fencing set unless it never could have started it or was judged
+    /// lost; the new host may start only once that set is empty.
+    fn move_control_plane(
+        &mut self,
+        name: &str,
+        to: Option<&str>,
+        epoch: u64,
+        kind: MoveKind,
+        note: &str,
+        at_ms: u64,
+    ) -> Result<String, CommandError> {
+        let cp = self
+            .control_planes
+            .get(name)
+            .ok_or_else(|| CommandError::UnknownControlPlane(name.to_string()))?;
+        if epoch != cp.epoch + 1 {
+            return Err(CommandError::Refused(format!(
+                "control plane {name} is at epoch {}; a move must name epoch {} (this one was decided on stale state)",
+                cp.epoch,
+                cp.epoch + 1
+            )));
+        }
+        if let Some(to) = to {
+            let member = self
+                .member_by_name(to)
+                .ok_or_else(|| CommandError::UnknownMember(to.to_string()))?;
+            if cp.host.as_deref() == Some(to) {
+                return Err(CommandError::Refused(format!(
+                    "control plane {name} is already hosted on {to}"
+                )));
+            }
+            if cp.home.as_deref() == Some(to) {
+                return Err(CommandError::Refused(format!(
+                    "{to} is the home of control plane {name}; it is never hosted there"
+                )));
+            }
+            if !cp.endpoints.contains_key(to) {
+                return Err(CommandError::Refused(format!(
+                    "control plane {name} has no endpoint on {to}"
+                )));
+            }
+            if member.role == Role::Joining {
+                return Err(CommandError::Refused(format!(
+                    "{to} is still joining the ring"
+                )));
+            }
+            if member.cordoned {
+                return Err(CommandError::Refused(format!(
+                    "{to} is cordoned; uncordon it first"
+                )));
+            }
+            if member.health == Health::Lost {
+                return Err(CommandError::Refused(format!("{to} is lost")));
+            }
+        }
+        let lost = |m: &str| {
+            self.member_by_name(m)
+                .is_none_or(|m| m.health == Health::Lost)
+        };
+        let mut fencing: BTreeSet<String> =
+            cp.fencing.iter().filter(|m| !lost(m)).cloned().collect();
+        if let Some(old) = &cp.host
+            && matches!(cp.phase, Phase::Starting | Phase::Running)
+            && !lost(old)
+        {
+            fencing.insert(old.clone());
+        }
+        let from = cp.host.clone().unwrap_or_else(|| "nowhere".into());
+        let cp = self.control_planes.get_mut(name).expect("looked up above");
+        cp.epoch = epoch;
+        cp.moved_at_ms = at_ms;
+        match to {
+            Some(to) => {
+                // Moving back to a former host: it stops its old instance itself (its agent
+                // drops every epoch it no longer holds before starting a new one).
+                fencing.remove(to);
+                cp.host = Some(to.to_string());
+                cp.unplaced_reason.clear();
+                cp.phase = if fencing.is_empty() {
+                    Phase::Starting
+                } else {
+                    Phase::Fencing
+                };
+            }
+            None => {
+                cp.host = None;
+                cp.phase = Phase::Unplaced;
+                cp.unplaced_reason = note.to_string();
+            }
+        }
+        cp.fencing = fencing;
+        let waiting = if cp.fencing.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; waiting for {} to release it",
+                cp.fencing.iter().cloned().collect::<Vec<_>>().join(", ")
+            )
+        };
+        Ok(match &cp.host {
+            Some(to) => format!("{kind}: {from} -> {to} at epoch {epoch}{waiting}"),
+            None => format!("{kind}: unplaced at epoch {epoch} ({note}){waiting}"),
+        })
+    }
+
+    /// Member `member` no longer holds a lease on control plane `name` at `epoch` (it reported
+    /// it stopped, or its lease ran out on the leader's clock).
+    fn release_fence(
+        &mut self,
+        name: &str,
+        epoch: u64,
+        member: &str,
+    ) -> Result<String, CommandError> {
+        let cp = self
+            .control_planes
+            .get_mut(name)
+            .ok_or_else(|| CommandError::UnknownControlPlane(name.to_string()))?;
+        if cp.epoch != epoch {
+            return Err(CommandError::Refused(format!(
+                "control plane {name} is at epoch {}, not {epoch}",
+                cp.epoch
+            )));
+        }
+        if !cp.fencing.remove(member) {
+            return Err(CommandError::Refused(format!(
+                "{member} is not fencing control plane {name}"
+            )));
+        }
+        if cp.fencing.is_empty() && cp.phase == Phase::Fencing {
+            cp.phase = Phase::Starting;
+        }
+        Ok(format!(
+            "{member} released it at epoch {epoch}; now {}",
+            cp.phase
+        ))
+    }
+
+    /// The host reports serving control plane `name` at `epoch`.
+    fn report_serving(
+        &mut self,
+        name: &str,
+        epoch: u64,
+        member: &str,
+    ) -> Result<String, CommandError> {
+        let cp = self
+            .control_planes
+            .get_mut(name)
+            .ok_or_else(|| CommandError::UnknownControlPlane(name.to_string()))?;
+        if cp.epoch != epoch || cp.host.as_deref() != Some(member) || cp.phase != Phase::Starting {
+            return Err(CommandError::Refused(format!(
+                "control plane {name} is {} at epoch {} on {}; {member} cannot report serving epoch {epoch}",
+                cp.phase,
+                cp.epoch,
+                cp.host.as_deref().unwrap_or("no host")
+            )));
+        }
+        cp.phase = Phase::Running;
+        Ok(format!("serving on {member} at epoch {epoch}"))
+    }
+
+    fn cordon(&mut self, id: NodeId, cordoned: bool) -> Result<Option<String>, CommandError> {
+        let member = self
+            .members
+            .get_mut(&id)
+            .ok_or_else(|| CommandError::UnknownMember(id.to_string()))?;
+        if member.cordoned == cordoned {
+            return Ok(None);
+        }
+        member.cordoned = cordoned;
+        Ok(Some(if cordoned {
+            "cordoned: no new control planes".into()
+        } else {
+            "uncordoned".into()
+        }))
     }
 
     fn add_control_plane(&mut self, spec: &ControlPlaneSpec) -> Result<String, CommandError> {
@@ -448,17 +731,17 @@ impl RingState {
                 return Err(CommandError::UnknownMember(member.clone()));
             }
         }
-        let host = match &spec.host {
-            Some(host) => Some(host.clone()),
-            None => placement::choose_host(self, spec),
+        let choice = match &spec.host {
+            Some(host) => Ok(host.clone()),
+            None => placement::choose_host(self, &placement::Request::new(spec), 0),
         };
-        let (epoch, phase) = match host {
-            Some(_) => (1, Phase::Running),
-            None => (0, Phase::Pending),
+        let (host, epoch, phase, unplaced_reason) = match choice {
+            Ok(h) => (Some(h), 1, Phase::Starting, String::new()),
+            Err(why) => (None, 0, Phase::Unplaced, why),
         };
         let detail = match &host {
             Some(h) => format!("dns {} hosted on {h} at epoch {epoch}", spec.dns_name),
-            None => format!("dns {} pending: no eligible member", spec.dns_name),
+            None => format!("dns {} unplaced: {unplaced_reason}", spec.dns_name),
         };
         self.control_planes.insert(
             spec.name.clone(),
@@ -471,6 +754,9 @@ impl RingState {
                 host,
                 epoch,
                 phase,
+                fencing: BTreeSet::new(),
+                unplaced_reason,
+                moved_at_ms: 0,
             },
         );
         Ok(detail)
@@ -497,8 +783,11 @@ impl RingState {
             return;
         }
         match command {
-            Command::AddControlPlane(spec) => {
-                if let Some(cp) = self.control_planes.get(&spec.name) {
+            Command::AddControlPlane(ControlPlaneSpec { name, .. })
+            | Command::MoveControlPlane { name, .. }
+            | Command::ReleaseFence { name, .. }
+            | Command::ReportServing { name, .. } => {
+                if let Some(cp) = self.control_planes.get(name) {
                     check_control_plane(cp);
                 }
             }
@@ -546,20 +835,29 @@ impl RingState {
     }
 }
 
-/// The invariants of one control plane: hosted exactly when running, at epoch 1 or more, never
-/// at home, and only where it has an endpoint.
+/// The invariants of one control plane: hosted exactly when placed, at epoch 1 or more, never
+/// at home, only where it has an endpoint, never fencing its own host, and startable (phase
+/// `Starting`/`Running`) only when no former host may still hold a lease.
 fn check_control_plane(cp: &ControlPlane) {
     let name = &cp.name;
     match (&cp.host, cp.phase) {
-        (Some(host), Phase::Running) => {
+        (Some(host), Phase::Fencing | Phase::Starting | Phase::Running) => {
             assert!(cp.epoch >= 1, "{name} hosted at epoch 0");
             assert_ne!(cp.home.as_ref(), Some(host), "{name} hosted at home");
             assert!(
                 cp.endpoints.contains_key(host),
                 "{name} hosted without endpoint"
             );
+            assert!(!cp.fencing.contains(host), "{name} fences its own host");
+            assert_eq!(
+                cp.phase == Phase::Fencing,
+                !cp.fencing.is_empty(),
+                "{name} is {} with fencing {:?}",
+                cp.phase,
+                cp.fencing
+            );
         }
-        (None, Phase::Pending) => {}
+        (None, Phase::Unplaced) => {}
         (host, phase) => panic!("{name} has host {host:?} in phase {phase}"),
     }
 }
@@ -575,6 +873,7 @@ fn new_member(spec: &MemberSpec, role: Role, wants_voter: bool) -> Member {
         wants_voter,
         health: Health::Unknown,
         contacted: false,
+        cordoned: false,
     }
 }
 
@@ -593,7 +892,11 @@ fn subject(state: &RingState, command: &Command) -> String {
         | Command::RemoveMember { id }
         | Command::SetHealth { id, .. } => member_name(id),
         Command::AddControlPlane(spec) => spec.name.clone(),
-        Command::RemoveControlPlane { name } => name.clone(),
+        Command::RemoveControlPlane { name }
+        | Command::MoveControlPlane { name, .. }
+        | Command::ReleaseFence { name, .. }
+        | Command::ReportServing { name, .. } => name.clone(),
+        Command::Cordon { id, .. } => member_name(id),
     }
 }
 

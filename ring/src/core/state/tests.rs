@@ -241,7 +241,7 @@ fn control_planes_are_placed_away_from_home_and_spread() {
         Some("b"),
         "least loaded, lowest id, not home"
     );
-    assert_eq!((placed.epoch, placed.phase), (1, Phase::Running));
+    assert_eq!((placed.epoch, placed.phase), (1, Phase::Starting));
 
     state
         .apply(
@@ -312,7 +312,7 @@ fn no_eligible_member_leaves_the_control_plane_pending() {
     let cp = &state.control_planes["cp-a"];
     assert_eq!(
         (cp.host.as_deref(), cp.epoch, cp.phase),
-        (None, 0, Phase::Pending)
+        (None, 0, Phase::Unplaced)
     );
 }
 

@@ -1,0 +1,253 @@
+//! The leader's decisions about control planes: pure functions of the committed state, what the
+//! leader observed (time, leases released, workloads serving) and its policy. The leader's duties
+//! propose what [`decide`] returns; the operator's commands use [`plan_moves`]; the simulation
+//! drives both directly.
+//!
+//! Safety (DESIGN.md rules 1 and 2) rests on two things here:
+//! - a control plane leaves a lost host only once the host is *committed* `lost`, which the
+//!   leader judges after `member_lost_ms > lease_ms + fence_ms + margin` without contact, so
+//!   the host's lease has run out and it fenced itself;
+//! - a control plane moved off a host that may still hold a lease waits in `fencing` until that
+//!   host reports it released (in a renewal it sent after the move was committed) or this
+//!   leader has watched it fence for `lease_ms + fence_ms + margin`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::command::Command;
+use super::placement::{self, Request};
+use super::state::{ControlPlane, Health, MoveKind, Phase, RingState};
+
+/// The leader's policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// How long a granted lease lasts on the member, counted from before it asked.
+    pub lease_ms: u64,
+    /// How long a member takes, at most, to stop a workload once its lease ran out.
+    pub fence_ms: u64,
+    /// Allowance for clocks running at different rates.
+    pub margin_ms: u64,
+    /// Least time between two automatic moves of one control plane (anti-flapping).
+    pub min_move_interval_ms: u64,
+    /// Most control planes one member may host (0: no limit).
+    pub capacity: usize,
+}
+
+impl Policy {
+    /// How long a former host may still serve after the last lease it could have been granted.
+    pub fn fence_wait_ms(&self) -> u64 {
+        self.lease_ms + self.fence_ms + self.margin_ms
+    }
+}
+
+/// What the leader observed beyond the committed state. Times are the leader's monotonic clock
+/// (`now_ms`, `fencing_since`) except `unix_ms`, compared with the times in commands.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observations {
+    /// Now, on the leader's monotonic clock.
+    pub now_ms: u64,
+    /// Now, Unix milliseconds.
+    pub unix_ms: u64,
+    /// When this leader first saw (control plane, epoch) fencing.
+    pub fencing_since: BTreeMap<(String, u64), u64>,
+    /// (control plane, epoch, member): the member renewed its lease, in a request it sent after
+    /// this leader saw the move, without holding the control plane.
+    pub released: BTreeSet<(String, u64, String)>,
+    /// (control plane, epoch, member): the host reports serving it.
+    pub serving: BTreeSet<(String, u64, String)>,
+}
+
+impl Observations {
+    /// Starts the fencing clock of every control plane newly seen fencing, and forgets what no
+    /// longer applies.
+    pub fn observe(&mut self, state: &RingState) {
+        let fencing: BTreeSet<(String, u64)> = state
+            .control_planes
+            .values()
+            .filter(|cp| cp.phase == Phase::Fencing)
+            .map(|cp| (cp.name.clone(), cp.epoch))
+            .collect();
+        self.fencing_since.retain(|key, _| fencing.contains(key));
+        for key in fencing {
+            self.fencing_since.entry(key).or_insert(self.now_ms);
+        }
+        let current = |cp: &String, epoch: &u64| {
+            state
+                .control_planes
+                .get(cp)
+                .is_some_and(|c| c.epoch == *epoch)
+        };
+        self.released.retain(|(cp, epoch, _)| current(cp, epoch));
+        self.serving.retain(|(cp, epoch, _)| current(cp, epoch));
+    }
+}
+
+/// A command to propose, with the reason recorded in history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// The command.
+    pub command: Command,
+    /// Why.
+    pub reason: String,
+}
+
+/// What the leader should propose now: at most one decision per control plane.
+pub fn decide(state: &RingState, obs: &Observations, policy: &Policy) -> Vec<Decision> {
+    let mut out = Vec::new();
+    for cp in state.control_planes.values() {
+        if let Some(d) = decide_one(state, cp, obs, policy) {
+            out.push(d);
+        }
+    }
+    out
+}
+
+fn decide_one(
+    state: &RingState,
+    cp: &ControlPlane,
+    obs: &Observations,
+    policy: &Policy,
+) -> Option<Decision> {
+    match cp.phase {
+        Phase::Fencing => {
+            let since = obs.fencing_since.get(&(cp.name.clone(), cp.epoch))?;
+            let waited = obs.now_ms.saturating_sub(*since);
+            for member in &cp.fencing {
+                let key = (cp.name.clone(), cp.epoch, member.clone());
+                let reason = if obs.released.contains(&key) {
+                    format!("{member} reported it stopped")
+                } else if waited >= policy.fence_wait_ms() {
+                    format!(
+                        "{member}'s lease ran out: fenced for {waited} ms >= lease {} + fence {} + margin {} ms",
+                        policy.lease_ms, policy.fence_ms, policy.margin_ms
+                    )
+                } else {
+                    continue;
+                };
+                return Some(Decision {
+                    command: Command::ReleaseFence {
+                        name: cp.name.clone(),
+                        epoch: cp.epoch,
+                        member: member.clone(),
+                    },
+                    reason,
+                });
+            }
+        }
+        Phase::Starting => {
+            let host = cp.host.as_ref()?;
+            if obs
+                .serving
+                .contains(&(cp.name.clone(), cp.epoch, host.clone()))
+            {
+                return Some(Decision {
+                    command: Command::ReportServing {
+                        name: cp.name.clone(),
+                        epoch: cp.epoch,
+                        member: host.clone(),
+                    },
+                    reason: format!("{host} reports serving it"),
+                });
+            }
+        }
+        Phase::Running | Phase::Unplaced => {}
+    }
+    if state.settings.paused {
+        return None;
+    }
+    let host = cp.host.as_ref().and_then(|h| state.member_by_name(h));
+    match (cp.phase, host) {
+        (Phase::Unplaced, _) => {
+            let to = placement::choose_host(state, &Request::moving(cp), policy.capacity).ok()?;
+            Some(move_to(
+                cp,
+                Some(to),
+                MoveKind::Placement,
+                String::new(),
+                "placed".into(),
+            ))
+        }
+        (_, Some(h)) if h.health == Health::Lost => {
+            let since_move = obs.unix_ms.saturating_sub(cp.moved_at_ms);
+            if cp.moved_at_ms > 0 && since_move < policy.min_move_interval_ms {
+                return None;
+            }
+            let request = Request::moving(cp).avoiding_zone(Some(&h.zone));
+            let reason = format!("host {} is lost", h.name);
+            Some(
+                match placement::choose_host(state, &request, policy.capacity) {
+                    Ok(to) => move_to(cp, Some(to), MoveKind::Failover, String::new(), reason),
+                    Err(why) => move_to(cp, None, MoveKind::Failover, why, reason),
+                },
+            )
+        }
+        _ => None,
+    }
+}
+
+fn move_to(
+    cp: &ControlPlane,
+    to: Option<String>,
+    kind: MoveKind,
+    note: String,
+    reason: String,
+) -> Decision {
+    Decision {
+        command: Command::MoveControlPlane {
+            name: cp.name.clone(),
+            to,
+            epoch: cp.epoch + 1,
+            kind,
+            note,
+        },
+        reason,
+    }
+}
+
+/// What an operator's move does: `names` to move, each to `to` or to the member placement
+/// chooses (never their current host). Planned on a copy of the state, one move after the
+/// other, so capacity and spreading see the earlier moves; the first control plane nobody can
+/// take ends the plan with the reason.
+pub fn plan_moves(
+    state: &RingState,
+    names: &[String],
+    to: Option<&str>,
+    kind: MoveKind,
+    policy: &Policy,
+    at_ms: u64,
+) -> Result<Vec<Command>, String> {
+    let mut scratch = state.clone();
+    let mut plan = Vec::new();
+    for name in names {
+        let cp = scratch
+            .control_planes
+            .get(name)
+            .ok_or_else(|| format!("unknown control plane {name:?}"))?;
+        let target = match to {
+            Some(t) => t.to_string(),
+            None => placement::choose_host(&scratch, &Request::moving(cp), policy.capacity)
+                .map_err(|why| format!("cannot move {name}: {why}"))?,
+        };
+        let command = Command::MoveControlPlane {
+            name: name.clone(),
+            to: Some(target),
+            epoch: cp.epoch + 1,
+            kind,
+            note: String::new(),
+        };
+        let proposal = super::command::Proposal {
+            command: command.clone(),
+            at_ms,
+            actor: "plan".into(),
+            reason: String::new(),
+        };
+        let index = scratch.history.iter().next_back().map_or(0, |e| e.index) + 1;
+        scratch
+            .apply(index, &proposal)
+            .map_err(|e| format!("cannot move {name}: {e}"))?;
+        plan.push(command);
+    }
+    Ok(plan)
+}
+
+#[cfg(test)]
+mod tests;

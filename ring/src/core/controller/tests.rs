@@ -1,0 +1,312 @@
+use super::*;
+use crate::core::command::{ControlPlaneSpec, MemberSpec, Proposal};
+
+fn spec(id: u64, name: &str, zone: &str) -> MemberSpec {
+    MemberSpec {
+        id,
+        name: name.into(),
+        zone: zone.into(),
+        address: format!("127.0.0.1:{}", 7000 + id * 10 + 1),
+        admin_address: format!("127.0.0.1:{}", 7000 + id * 10),
+    }
+}
+
+fn policy() -> Policy {
+    Policy {
+        lease_ms: 1_000,
+        fence_ms: 200,
+        margin_ms: 100,
+        min_move_interval_ms: 5_000,
+        capacity: 0,
+    }
+}
+
+struct Ring {
+    state: RingState,
+    index: u64,
+}
+
+impl Ring {
+    /// Members a..d in zones za, zb, zc, zc (d shares c's zone), all voters and healthy.
+    fn new() -> Self {
+        let mut ring = Ring {
+            state: RingState::default(),
+            index: 0,
+        };
+        ring.apply(Command::Bootstrap {
+            members: vec![
+                spec(1, "a", "za"),
+                spec(2, "b", "zb"),
+                spec(3, "c", "zc"),
+                spec(4, "d", "zc"),
+            ],
+            dns_zone: None,
+        })
+        .unwrap();
+        for id in 1..=4 {
+            ring.apply(Command::SetHealth {
+                id,
+                health: Health::Healthy,
+            })
+            .unwrap();
+        }
+        ring.state
+            .apply_membership(&(1..=4).collect(), &BTreeSet::new());
+        ring
+    }
+
+    fn apply(&mut self, command: Command) -> Result<(), crate::core::CommandError> {
+        self.index += 1;
+        self.state.apply(
+            self.index,
+            &Proposal {
+                command,
+                at_ms: 1_000_000 + self.index,
+                actor: "test".into(),
+                reason: String::new(),
+            },
+        )
+    }
+
+    fn add(&mut self, name: &str, home: Option<&str>, host: &str) {
+        self.apply(Command::AddControlPlane(ControlPlaneSpec {
+            name: name.into(),
+            home: home.map(str::to_string),
+            dns_name: format!("{name}.ring.example"),
+            endpoints: ["a", "b", "c", "d"]
+                .iter()
+                .map(|m| (m.to_string(), format!("{m}.example:443")))
+                .collect(),
+            backup: format!("s3://backups/{name}"),
+            host: Some(host.into()),
+        }))
+        .unwrap();
+    }
+
+    fn run(&mut self, obs: &mut Observations) -> Vec<Decision> {
+        obs.observe(&self.state);
+        let decisions = decide(&self.state, obs, &policy());
+        for d in &decisions {
+            self.apply(d.command.clone()).unwrap();
+        }
+        decisions
+    }
+
+    fn cp(&self, name: &str) -> &ControlPlane {
+        &self.state.control_planes[name]
+    }
+
+    fn lose(&mut self, id: u64) {
+        self.apply(Command::SetHealth {
+            id,
+            health: Health::Lost,
+        })
+        .unwrap();
+    }
+}
+
+#[test]
+fn a_lost_hosts_control_planes_move_out_of_its_zone_and_start_at_once() {
+    let mut ring = Ring::new();
+    ring.add("x", Some("a"), "c");
+    let mut obs = Observations::default();
+    // Starting -> running once the host reports serving.
+    obs.serving.insert(("x".into(), 1, "c".into()));
+    ring.run(&mut obs);
+    assert_eq!(ring.cp("x").phase, Phase::Running);
+
+    ring.lose(3);
+    obs.unix_ms = 10_000_000;
+    let d = ring.run(&mut obs);
+    assert_eq!(d.len(), 1, "{d:?}");
+    let cp = ring.cp("x");
+    // Not a (home), not c (lost), not d (c's zone): b.
+    assert_eq!(cp.host.as_deref(), Some("b"));
+    assert_eq!(cp.epoch, 2);
+    // A lost host's lease ran out already: the new host may start at once.
+    assert_eq!(cp.phase, Phase::Starting);
+    assert!(cp.fencing.is_empty());
+    // Nothing more to do, and nothing flaps.
+    assert!(ring.run(&mut obs).is_empty());
+}
+
+#[test]
+fn no_eligible_member_unplaces_with_a_reason_and_nothing_flaps() {
+    let mut ring = Ring::new();
+    ring.add("x", Some("a"), "b");
+    ring.apply(Command::Cordon {
+        id: 3,
+        cordoned: true,
+    })
+    .unwrap();
+    ring.lose(4);
+    ring.lose(2);
+    let mut obs = Observations {
+        unix_ms: 10_000_000,
+        ..Observations::default()
+    };
+    ring.run(&mut obs);
+    let cp = ring.cp("x");
+    assert_eq!(
+        (cp.host.as_deref(), cp.phase, cp.epoch),
+        (None, Phase::Unplaced, 2)
+    );
+    assert!(
+        cp.unplaced_reason.contains("c cordoned") && cp.unplaced_reason.contains("a its home"),
+        "{}",
+        cp.unplaced_reason
+    );
+    for _ in 0..5 {
+        assert!(ring.run(&mut obs).is_empty(), "unplaced must not flap");
+    }
+    // An eligible member appears: it is placed.
+    ring.apply(Command::Cordon {
+        id: 3,
+        cordoned: false,
+    })
+    .unwrap();
+    ring.run(&mut obs);
+    let cp = ring.cp("x");
+    assert_eq!(
+        (cp.host.as_deref(), cp.phase, cp.epoch),
+        (Some("c"), Phase::Starting, 3)
+    );
+}
+
+#[test]
+fn a_planned_move_waits_for_the_old_host_or_its_lease() {
+    let mut ring = Ring::new();
+    ring.add("x", None, "a");
+    let plan = plan_moves(
+        &ring.state,
+        &["x".into()],
+        Some("b"),
+        MoveKind::Switchover,
+        &policy(),
+        1,
+    )
+    .unwrap();
+    for c in plan {
+        ring.apply(c).unwrap();
+    }
+    assert_eq!(ring.cp("x").phase, Phase::Fencing);
+    assert!(ring.cp("x").fencing.contains("a"));
+    assert!(ring.state.grants("b").is_empty(), "b must not start yet");
+    assert!(ring.state.grants("a").is_empty(), "a lost its grant");
+
+    // Too early: nothing.
+    let mut obs = Observations {
+        now_ms: 100,
+        ..Observations::default()
+    };
+    assert!(ring.run(&mut obs).is_empty());
+    obs.now_ms = 100 + policy().fence_wait_ms() - 1;
+    assert!(ring.run(&mut obs).is_empty());
+    // The lease has surely run out: released.
+    obs.now_ms += 1;
+    let d = ring.run(&mut obs);
+    assert!(d[0].reason.contains("lease ran out"), "{d:?}");
+    assert_eq!(ring.cp("x").phase, Phase::Starting);
+    assert_eq!(ring.state.grants("b").get("x"), Some(&2));
+
+    // The fast path: the old host reports it stopped.
+    let plan = plan_moves(
+        &ring.state,
+        &["x".into()],
+        Some("c"),
+        MoveKind::Switchover,
+        &policy(),
+        2,
+    )
+    .unwrap();
+    for c in plan {
+        ring.apply(c).unwrap();
+    }
+    obs.released.insert(("x".into(), 3, "b".into()));
+    let d = ring.run(&mut obs);
+    assert!(d[0].reason.contains("reported it stopped"), "{d:?}");
+    assert_eq!(ring.cp("x").phase, Phase::Starting);
+}
+
+#[test]
+fn pause_stops_moves_but_not_bookkeeping_and_min_interval_holds_back_flapping() {
+    let mut ring = Ring::new();
+    ring.add("x", None, "a");
+    ring.apply(Command::SetPaused { paused: true }).unwrap();
+    ring.lose(1);
+    let mut obs = Observations {
+        unix_ms: 10_000_000,
+        ..Observations::default()
+    };
+    assert!(ring.run(&mut obs).is_empty(), "paused: nothing moves");
+    ring.apply(Command::SetPaused { paused: false }).unwrap();
+    ring.run(&mut obs);
+    assert_eq!(ring.cp("x").host.as_deref(), Some("b"));
+    let moved_at = ring.cp("x").moved_at_ms;
+    // b is lost right after: the move waits for min_move_interval_ms.
+    ring.lose(2);
+    obs.unix_ms = moved_at + policy().min_move_interval_ms - 1;
+    assert!(
+        ring.run(&mut obs).is_empty(),
+        "too soon after the last move"
+    );
+    obs.unix_ms = moved_at + policy().min_move_interval_ms;
+    ring.run(&mut obs);
+    assert_eq!(ring.cp("x").host.as_deref(), Some("c"));
+}
+
+#[test]
+fn a_stale_decision_is_refused() {
+    let mut ring = Ring::new();
+    ring.add("x", None, "a");
+    let stale = plan_moves(
+        &ring.state,
+        &["x".into()],
+        Some("b"),
+        MoveKind::Switchover,
+        &policy(),
+        1,
+    )
+    .unwrap();
+    let fresh = plan_moves(
+        &ring.state,
+        &["x".into()],
+        Some("c"),
+        MoveKind::Switchover,
+        &policy(),
+        1,
+    )
+    .unwrap();
+    ring.apply(fresh[0].clone()).unwrap();
+    let err = ring.apply(stale[0].clone()).unwrap_err();
+    assert!(err.to_string().contains("stale"), "{err}");
+    assert_eq!(ring.cp("x").host.as_deref(), Some("c"));
+}
+
+#[test]
+fn drain_spreads_with_capacity_and_refuses_what_cannot_move() {
+    let mut ring = Ring::new();
+    for n in ["p", "q", "r"] {
+        ring.add(n, None, "a");
+    }
+    let names: Vec<String> = ["p", "q", "r"].iter().map(|s| s.to_string()).collect();
+    let plan = plan_moves(&ring.state, &names, None, MoveKind::Drain, &policy(), 1).unwrap();
+    let targets: Vec<String> = plan
+        .iter()
+        .map(|c| match c {
+            Command::MoveControlPlane { to, .. } => to.clone().unwrap(),
+            _ => unreachable!(),
+        })
+        .collect();
+    assert_eq!(targets, ["b", "c", "d"], "spread over the least loaded");
+    let tight = Policy {
+        capacity: 1,
+        ..policy()
+    };
+    ring.add("s", None, "b");
+    let err = plan_moves(&ring.state, &names, None, MoveKind::Drain, &tight, 1).unwrap_err();
+    assert!(
+        err.contains("cannot move r") && err.contains("at capacity"),
+        "{err}"
+    );
+}
