@@ -89,8 +89,16 @@ pub struct Timing {
     pub election_timeout_max_ms: u64,
     /// A member the leader has not heard from for this long is `suspect`.
     pub member_suspect_ms: u64,
-    /// A member the leader has not heard from for this long is `lost`.
+    /// A member the leader has not heard from for this long is `lost`, and its control planes
+    /// move. Must exceed `lease_ms + fence_ms + clock_margin_ms` (DESIGN.md rule 2).
     pub member_lost_ms: u64,
+    /// How long a member may serve its control planes after the leader last confirmed them,
+    /// counted from before it asked (DESIGN.md rule 1).
+    pub lease_ms: u64,
+    /// How long a member has, at most, to stop a control plane once its lease ran out.
+    pub fence_ms: u64,
+    /// Allowance for clocks running at different rates between members.
+    pub clock_margin_ms: u64,
 }
 
 impl Default for Timing {
@@ -102,6 +110,9 @@ impl Default for Timing {
             election_timeout_max_ms: 2_000,
             member_suspect_ms: 4_000,
             member_lost_ms: 8_000,
+            lease_ms: 4_000,
+            fence_ms: 2_000,
+            clock_margin_ms: 1_000,
         }
     }
 }
@@ -115,6 +126,9 @@ impl Timing {
             election_timeout_max_ms: 300,
             member_suspect_ms: 1_000,
             member_lost_ms: 2_000,
+            lease_ms: 1_000,
+            fence_ms: 500,
+            clock_margin_ms: 200,
         }
     }
 }
@@ -174,6 +188,71 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
+}
+
+/// Placement policy of the leader. Use the same values on every member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PlacementSettings {
+    /// Least time between two automatic moves of one control plane (anti-flapping). Operator
+    /// moves (`ringctl failover`, `switchover`, `drain`) are not held back.
+    pub min_move_interval_ms: u64,
+    /// Most control planes one member may host (0: no limit).
+    pub capacity: usize,
+}
+
+impl Default for PlacementSettings {
+    fn default() -> Self {
+        Self {
+            min_move_interval_ms: 60_000,
+            capacity: 0,
+        }
+    }
+}
+
+/// How a member runs the control planes it hosts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DriverKind {
+    /// Runs nothing: assignments and leases are kept, and every control plane is reported
+    /// serving as soon as its lease allows.
+    #[default]
+    None,
+    /// Runs `run` for each hosted control plane under a guard process that stops it when the
+    /// lease runs out, plus optional hook commands (like Patroni callbacks).
+    Exec,
+}
+
+/// The driver.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DriverSettings {
+    /// `none` or `exec`.
+    pub kind: DriverKind,
+    /// `exec`: the long-running command that serves one control plane (argv). It runs under
+    /// `ring-guard`, gets SIGTERM when it must stop and SIGKILL `fence_ms` later.
+    pub run: Vec<String>,
+    /// `exec`: a command run before `run` starts (argv; optional).
+    pub on_start: Vec<String>,
+    /// `exec`: a command run after the workload stopped or was fenced (argv; optional).
+    pub on_stop: Vec<String>,
+    /// Longest a hook may run; it is killed after that.
+    pub hook_timeout_ms: u64,
+    /// The guard binary (default: `ring-guard` next to `ringd`).
+    pub guard: Option<PathBuf>,
+}
+
+impl Default for DriverSettings {
+    fn default() -> Self {
+        Self {
+            kind: DriverKind::None,
+            run: Vec::new(),
+            on_start: Vec::new(),
+            on_stop: Vec::new(),
+            hook_timeout_ms: 10_000,
+            guard: None,
+        }
+    }
 }
 
 /// DNS settings.
@@ -250,6 +329,12 @@ pub struct Config {
     /// DNS.
     #[serde(default, skip_serializing_if = "is_default")]
     pub dns: DnsSettings,
+    /// Placement policy.
+    #[serde(default)]
+    pub placement: PlacementSettings,
+    /// How control planes are run.
+    #[serde(default)]
+    pub driver: DriverSettings,
     /// Mutual TLS on both ports. Required unless `insecure = true`.
     #[serde(default)]
     pub tls: Option<TlsSettings>,
@@ -357,6 +442,15 @@ impl Config {
         })?;
         self.validate_timing()?;
         self.validate_initial_members()?;
+        if self.driver.kind == DriverKind::Exec && self.driver.run.is_empty() {
+            return Err(invalid(
+                "driver.run",
+                "must name the command that serves a control plane when kind = \"exec\"",
+            ));
+        }
+        if self.driver.hook_timeout_ms == 0 {
+            return Err(invalid("driver.hook_timeout_ms", "must be at least 1"));
+        }
         if let Some(zone) = &self.dns.zone {
             crate::core::names::check_dns_name(zone)
                 .map_err(|why| invalid("dns.zone", format!("{zone:?} {why}")))?;
@@ -401,6 +495,9 @@ impl Config {
             ("timing.election_timeout_max_ms", t.election_timeout_max_ms),
             ("timing.member_suspect_ms", t.member_suspect_ms),
             ("timing.member_lost_ms", t.member_lost_ms),
+            ("timing.lease_ms", t.lease_ms),
+            ("timing.fence_ms", t.fence_ms),
+            ("timing.clock_margin_ms", t.clock_margin_ms),
         ] {
             if value > MAX_TIMING_MS {
                 return Err(invalid(
@@ -437,6 +534,28 @@ impl Config {
             return Err(invalid(
                 "timing.member_lost_ms",
                 "must be greater than member_suspect_ms",
+            ));
+        }
+        if t.lease_ms < 4 * t.heartbeat_ms {
+            return Err(invalid(
+                "timing.lease_ms",
+                format!(
+                    "{} must be at least 4 x heartbeat_ms ({}): a member renews its lease several times per lease",
+                    t.lease_ms, t.heartbeat_ms
+                ),
+            ));
+        }
+        if t.fence_ms == 0 {
+            return Err(invalid("timing.fence_ms", "must be at least 1"));
+        }
+        let bound = t.lease_ms + t.fence_ms + t.clock_margin_ms;
+        if t.member_lost_ms <= bound {
+            return Err(invalid(
+                "timing.member_lost_ms",
+                format!(
+                    "{} must be greater than lease_ms + fence_ms + clock_margin_ms = {bound}: otherwise a control plane could move while its old host still serves it",
+                    t.member_lost_ms
+                ),
             ));
         }
         Ok(())
@@ -539,6 +658,9 @@ election_timeout_min_ms = 150
 election_timeout_max_ms = 300
 member_suspect_ms = 1000
 member_lost_ms = 2000
+lease_ms = 1000
+fence_ms = 500
+clock_margin_ms = 200
 "#;
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
@@ -615,6 +737,11 @@ member_lost_ms = 2000
                 GOOD.replace("heartbeat_ms = 50", "heartbeat_ms = 9223372036854775807"),
                 "timing.heartbeat_ms",
             ),
+            (
+                GOOD.replace("lease_ms = 1000", "lease_ms = 1400"),
+                "timing.member_lost_ms",
+            ),
+            (GOOD.replace("lease_ms = 1000", "lease_ms = 100"), "timing.lease_ms"),
             (
                 GOOD.replace(
                     "listen_peer = \"127.0.0.1:7401\"",

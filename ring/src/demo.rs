@@ -21,7 +21,8 @@ use serde::Serialize;
 use crate::admin::AdminClient;
 use crate::client_config::ClientConfig;
 use crate::config::{
-    Config, DnsSettings, InitialMember, LogSettings, SnapshotSettings, Timing, TlsSettings,
+    Config, DnsSettings, DriverSettings, InitialMember, LogSettings, PlacementSettings,
+    SnapshotSettings, Timing, TlsSettings,
 };
 use crate::pb;
 use crate::tls::{Identity, Role, Security, TlsFiles, certs};
@@ -303,6 +304,11 @@ impl Demo {
                 dns: DnsSettings {
                     zone: Some(DEMO_ZONE.into()),
                 },
+                placement: PlacementSettings {
+                    min_move_interval_ms: 10_000,
+                    capacity: 0,
+                },
+                driver: DriverSettings::default(),
             };
             config
                 .validate()

@@ -7,13 +7,15 @@
 //!    learner the operator promoted becomes a voter once caught up, a retired id still in the
 //!    configuration is removed. This finishes operations a leader crash interrupted.
 //! 3. **Judge health**: from the last time each member acknowledged the leader (replication and
-//!    heartbeats), counted from this leader's own election for members it has not heard from
-//!    yet. A change (`healthy` -> `suspect` -> `lost`, and back) is committed as an event.
-//!
+//!    heartbeats) or renewed its lease, counted from this leader's own election for members it
+//!    has not heard from yet. A change (`healthy` -> `suspect` -> `lost`, and back) is committed
+//!    as an event.
+//! 4. **Heal**: propose what [`crate::core::controller::decide`] says: move the control planes
+//!    of lost members, place unplaced ones, release fences, record what serves.
 //!
 //! And what any other member does:
 //!
-//! 4. **Check it still belongs**: a member that has heard from no leader for `member_lost_ms`
+//! 5. **Check it still belongs**: a member that has heard from no leader for `member_lost_ms`
 //!    pings its peers. A peer refuses a retired id with "member-removed", which stops `ringd`
 //!    (a removed learner would otherwise never find out: nobody sends it anything any more).
 //!
@@ -28,6 +30,7 @@ use tokio::sync::watch;
 
 use crate::config::Timing;
 use crate::core::{Command, Health, MemberSpec, Proposal, Role};
+use crate::leases::LeaseDesk;
 use crate::membership::MembershipChanger;
 use crate::raft::network::PeerNetwork;
 use crate::raft::service::LeaderContact;
@@ -45,6 +48,7 @@ pub struct Duties {
     dns_zone: Option<String>,
     network: PeerNetwork,
     contact: LeaderContact,
+    desk: std::sync::Arc<LeaseDesk>,
     leader_since: Option<Instant>,
     last_probe: Option<Instant>,
     started: Instant,
@@ -63,6 +67,8 @@ pub struct Parts {
     pub network: PeerNetwork,
     /// When a leader last reached this member.
     pub contact: LeaderContact,
+    /// Leases and what the leader observed.
+    pub desk: std::sync::Arc<LeaseDesk>,
 }
 
 impl Duties {
@@ -81,6 +87,7 @@ impl Duties {
             state,
             network,
             contact,
+            desk,
         } = parts;
         Self {
             me,
@@ -92,6 +99,7 @@ impl Duties {
             dns_zone,
             network,
             contact,
+            desk,
             leader_since: None,
             last_probe: None,
             started: Instant::now(),
@@ -140,7 +148,9 @@ impl Duties {
         let metrics: RaftMetricsOf = self.raft.metrics().borrow_watched().clone();
         self.note_leadership(&metrics);
         if metrics.state != ServerState::Leader {
-            self.leader_since = None;
+            if self.leader_since.take().is_some() {
+                self.desk.reset();
+            }
             self.check_still_member(&metrics).await;
             return;
         }
@@ -196,7 +206,16 @@ impl Duties {
             let (last_ack_ms, since_election_ms) = if m.id == self.me {
                 (Some(0), 0)
             } else {
-                contact_ms(&metrics, m.id, since)
+                let (ack, since_election) = contact_ms(&metrics, m.id, since);
+                let renewed = self
+                    .desk
+                    .since_renewal(m.id)
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                let last = match (ack, renewed) {
+                    (Some(a), Some(r)) => Some(a.min(r)),
+                    (a, r) => a.or(r),
+                };
+                (last, since_election)
             };
             let Some(health) = judge(last_ack_ms, since_election_ms, &self.timing) else {
                 continue;
@@ -213,6 +232,17 @@ impl Duties {
                 self.propose(Command::SetHealth { id: m.id, health }, reason)
                     .await;
             }
+        }
+
+        // 4. Heal.
+        let observations = self.desk.observations();
+        let policy = self.desk.policy().clone();
+        let decisions = self
+            .state
+            .read(|a| crate::core::controller::decide(&a.state, &observations, &policy));
+        for d in decisions {
+            tracing::info!(action = d.command.action(), "{}", d.reason);
+            self.propose(d.command, d.reason).await;
         }
     }
 }

@@ -18,7 +18,9 @@
 //! | [`config`] | `ringd`'s TOML configuration | reads one file |
 //! | [`dns`] | RFC 2136 UPDATE messages for the control planes' records | none: pure |
 //! | [`membership`] | serialized, idempotent Raft configuration changes | raft |
-//! | [`duties`] | what the leader does on its own: registry, membership, health | raft |
+//! | [`duties`] | what the leader does on its own: registry, membership, health, the controller's decisions | raft |
+//! | [`leases`] | the leader's side of leases: renewals, observations | raft |
+//! | [`agent`] | every member's agent: lease renewal, workloads through a driver and `ring-guard` | processes |
 //! | [`node`] | assembles one member: storage, Raft, servers, background loops | all of the above |
 //! | [`demo`] | `ringctl demo`: a local ring of child `ringd` processes | processes |
 //! | [`fuzz`] | entry points for the fuzz tests (`tests/fuzz.rs`) | none: pure |
@@ -27,6 +29,7 @@
 #![deny(missing_docs)]
 
 pub mod admin;
+pub mod agent;
 pub mod cli;
 pub mod client_config;
 pub mod config;
@@ -35,6 +38,7 @@ pub mod demo;
 pub mod dns;
 pub mod duties;
 pub mod fuzz;
+pub mod leases;
 pub mod membership;
 pub mod node;
 pub mod raft;

@@ -14,11 +14,16 @@ use tokio::task::JoinHandle;
 
 use crate::admin::AdminService;
 use crate::admin::service::Transport;
+use crate::agent::driver::Workloads;
+use crate::agent::{self, Agent};
 use crate::config::{Config, ConfigError};
 use crate::core::MemberSpec;
+use crate::core::controller::Policy;
 use crate::duties;
+use crate::leases::LeaseDesk;
 use crate::membership::MembershipChanger;
 use crate::raft::network::{PeerNetwork, PeerPool};
+use crate::raft::service::Handlers;
 use crate::raft::service::{LeaderContact, PeerService};
 use crate::raft::storage::{self, OpenError};
 use crate::raft::{LogStore, MemberNode, NodeId, RaftNode, StateMachineStore};
@@ -275,6 +280,18 @@ impl Member {
         }
         let contact = LeaderContact::default();
         let seen = SeenCertificates::default();
+        let desk = Arc::new(LeaseDesk::new(
+            id,
+            raft.clone(),
+            state.clone(),
+            Policy {
+                lease_ms: config.timing.lease_ms,
+                fence_ms: config.timing.fence_ms,
+                margin_ms: config.timing.clock_margin_ms,
+                min_move_interval_ms: config.placement.min_move_interval_ms,
+                capacity: config.placement.capacity,
+            },
+        ));
         let membership = MembershipChanger::new(raft.clone());
         let admin = Arc::new(AdminService::new(
             id,
@@ -294,7 +311,10 @@ impl Member {
             state.clone(),
             contact.clone(),
             seen,
-            admin.clone(),
+            Handlers {
+                forward: admin.clone(),
+                renew: desk.clone(),
+            },
         )
         .into_server();
         tasks.push(serve(
@@ -323,9 +343,23 @@ impl Member {
                     raft: raft.clone(),
                     membership,
                     state: state.clone(),
-                    network,
+                    network: network.clone(),
                     contact,
+                    desk: desk.clone(),
                 },
+            ),
+            stopped.clone(),
+        )));
+        tasks.push(tokio::spawn(agent::run(
+            Agent::new(
+                id,
+                &config.name,
+                raft.clone(),
+                state.clone(),
+                network,
+                desk,
+                Workloads::new(&config.name, config.driver.clone(), config.timing.fence_ms),
+                config.timing.lease_ms,
             ),
             stopped,
         )));

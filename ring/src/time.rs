@@ -1,4 +1,4 @@
-//! Wall-clock helpers for the I/O layer. The core never calls these: time reaches it inside
+//! Clock helpers for the I/O layer. The core never calls these: time reaches it inside
 //! commands.
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -9,4 +9,14 @@ pub fn unix_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
+}
+
+/// Milliseconds on the system's monotonic clock (`CLOCK_MONOTONIC`). Unlike `Instant`, the
+/// value means the same in every process of the machine, so `ringd` can hand a lease deadline
+/// to its guard processes as a number.
+pub fn monotonic_ms() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is always available on Linux");
+    u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000
+        + u64::try_from(t.tv_nsec()).unwrap_or(0) / 1_000_000
 }

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use garden_ring::admin::AdminClient;
 use garden_ring::client_config::ClientConfig;
 use garden_ring::config::{
-    Config, DnsSettings, InitialMember, LogSettings, SnapshotSettings, Timing, TlsSettings,
+    Config, DnsSettings, DriverSettings, InitialMember, LogSettings, PlacementSettings,
+    SnapshotSettings, Timing, TlsSettings,
 };
 use garden_ring::pb;
 use garden_ring::tls::{Identity, Role, Security, TlsFiles, certs};
@@ -78,6 +79,8 @@ pub struct RingOptions {
     pub snapshot_keep: u64,
     /// Run without TLS.
     pub insecure: bool,
+    /// How members run control planes.
+    pub driver: DriverSettings,
 }
 
 impl Default for RingOptions {
@@ -87,6 +90,7 @@ impl Default for RingOptions {
             snapshot_every: SnapshotSettings::default().every_entries,
             snapshot_keep: SnapshotSettings::default().keep_entries,
             insecure: false,
+            driver: DriverSettings::default(),
         }
     }
 }
@@ -264,6 +268,11 @@ pub fn member_config(
         dns: DnsSettings {
             zone: Some(TEST_ZONE.into()),
         },
+        placement: PlacementSettings {
+            min_move_interval_ms: 1_000,
+            capacity: 0,
+        },
+        driver: options.driver.clone(),
         insecure: options.insecure,
         zone: format!("zone-{name}"),
         data_dir: dir.join(&name).join("data"),

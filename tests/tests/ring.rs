@@ -49,8 +49,12 @@ async fn three_members_elect_and_a_follower_write_reaches_all() {
         .iter()
         .find(|c| c.name == "via-follower")
         .unwrap();
-    // Placed: its host may start it (it is `running` once the host reports serving it).
-    assert_eq!((cp.epoch, cp.phase.as_str()), (1, "starting"));
+    assert_eq!(cp.epoch, 1);
+    assert!(
+        cp.phase == "starting" || cp.phase == "running",
+        "placed: {}",
+        cp.phase
+    );
     assert_ne!(cp.host, "a", "never hosted at home");
     let actions: Vec<_> = ring
         .client()

@@ -16,6 +16,7 @@
 //! - [`placement`]: the pure choice of a host for a control plane.
 //! - [`history`]: the bounded record of who did what, when and why.
 
+pub mod agent;
 pub mod backup_name;
 pub mod command;
 pub mod controller;

@@ -24,7 +24,9 @@ use tokio::sync::watch;
 use tonic::transport::Channel;
 
 use super::codec::{CODEC_VERSION, decode, encode};
-use super::types::{MemberNode, NodeId, PingReply, SnapshotData, TypeConfig, Vote};
+use super::types::{
+    MemberNode, NodeId, PingReply, RenewReply, RenewRequest, SnapshotData, TypeConfig, Vote,
+};
 use crate::pb;
 use crate::pb::raft_client::RaftClient;
 use crate::tls::Security;
@@ -302,6 +304,22 @@ impl PeerClient {
         req.set_timeout(timeout);
         let result = client.ping(req).await;
         self.outcome(result, "ping reply").map_err(|e| e.message())
+    }
+
+    /// Asks this peer, the leader, to renew this member's lease.
+    pub async fn renew(
+        &mut self,
+        request: &RenewRequest,
+        timeout: Duration,
+    ) -> Result<RenewReply, String> {
+        let msg = self
+            .message("renew request", request)
+            .map_err(|e| e.message())?;
+        let mut client = self.client().map_err(|e| e.message())?;
+        let mut req = tonic::Request::new(msg);
+        req.set_timeout(timeout);
+        let result = client.renew(req).await;
+        self.outcome(result, "renew reply").map_err(|e| e.message())
     }
 
     /// Forwards an Admin write to this peer, the leader (see the `Forward` RPC). The leader's

@@ -19,7 +19,9 @@ use openraft::type_config::async_runtime::watch::WatchReceiver;
 use super::StateMachineStore;
 use super::codec::{CODEC_VERSION, decode, encode};
 use super::network::{MAX_PEER_MESSAGE_BYTES, REMOVED_MARKER};
-use super::types::{NodeId, PingReply, RaftNode, SnapshotMeta, TypeConfig, Vote};
+use super::types::{
+    NodeId, PingReply, RaftNode, RenewReply, RenewRequest, SnapshotMeta, TypeConfig, Vote,
+};
 use crate::pb;
 use crate::tls::Role;
 use crate::tls::server::{ConnInfo, PeerAuth, SeenCertificates};
@@ -55,6 +57,25 @@ impl LeaderContact {
     }
 }
 
+/// Renews members' leases (implemented by the leader's lease desk; see the `Renew` RPC).
+pub trait RenewHandler: Send + Sync + 'static {
+    /// Renews the lease of member `from`, whose certificate was checked already.
+    fn renew(
+        &self,
+        from: NodeId,
+        request: RenewRequest,
+    ) -> futures::future::BoxFuture<'_, Result<RenewReply, Status>>;
+}
+
+/// What the peer service hands to the layers above it.
+#[derive(Clone)]
+pub struct Handlers {
+    /// Runs forwarded Admin writes.
+    pub forward: Arc<dyn ForwardHandler>,
+    /// Renews leases.
+    pub renew: Arc<dyn RenewHandler>,
+}
+
 /// The `gardenring.v1.Raft` service of one member.
 pub struct PeerService {
     me: NodeId,
@@ -62,7 +83,7 @@ pub struct PeerService {
     state: StateMachineStore,
     contact: LeaderContact,
     seen: SeenCertificates,
-    forward: Arc<dyn ForwardHandler>,
+    handlers: Handlers,
 }
 
 /// The peer server with its interceptor (admits member certificates only).
@@ -79,15 +100,15 @@ fn admit_members(request: Request<()>) -> Result<Request<()>, Status> {
 impl PeerService {
     /// Serves `raft`, the Raft node of member `me`; `state` tells which ids were retired and
     /// which member names go with which ids; `contact` records when a leader last reached this
-    /// member; `seen` records the certificates peers present; `forward` runs forwarded Admin
-    /// writes.
+    /// member; `seen` records the certificates peers present; `handlers` run forwarded Admin
+    /// writes and lease renewals.
     pub fn new(
         me: NodeId,
         raft: RaftNode,
         state: StateMachineStore,
         contact: LeaderContact,
         seen: SeenCertificates,
-        forward: Arc<dyn ForwardHandler>,
+        handlers: Handlers,
     ) -> Self {
         Self {
             me,
@@ -95,7 +116,7 @@ impl PeerService {
             state,
             contact,
             seen,
-            forward,
+            handlers,
         }
     }
 
@@ -343,7 +364,16 @@ impl pb::raft_server::Raft for PeerService {
         self.check_sender(ConnInfo::of(&request), request.get_ref().from)?;
         let req = request.into_inner();
         self.check_addressing(req.from, req.to, CODEC_VERSION)?;
-        let response = self.forward.handle(req).await?;
+        let response = self.handlers.forward.handle(req).await?;
         Ok(Response::new(pb::ForwardReply { response }))
+    }
+
+    async fn renew(
+        &self,
+        request: Request<pb::RaftMessage>,
+    ) -> Result<Response<pb::RaftMessage>, Status> {
+        let (from, req): (NodeId, RenewRequest) = self.open(request, "renew request")?;
+        let reply = self.handlers.renew.renew(from, req).await?;
+        self.reply(from, "renew reply", &reply)
     }
 }

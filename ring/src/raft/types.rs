@@ -94,3 +94,19 @@ pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
 pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
 /// openraft's metrics of a node of this ring.
 pub type RaftMetricsOf = openraft::RaftMetrics<TypeConfig>;
+
+/// A member's lease renewal (the `Renew` RPC).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RenewRequest {
+    /// What the member runs now: control plane -> epoch (starting or serving).
+    pub running: std::collections::BTreeMap<String, u64>,
+}
+
+/// The leader's answer to a [`RenewRequest`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RenewReply {
+    /// What the member may serve: control plane -> epoch.
+    pub granted: std::collections::BTreeMap<String, u64>,
+    /// The lease length, counted from before the request was sent.
+    pub lease_ms: u64,
+}

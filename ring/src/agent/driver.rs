@@ -1,0 +1,316 @@
+//! Drivers: how a member runs the control planes it hosts.
+//!
+//! - `none`: runs nothing. An instance is a deadline in memory; it "serves" until the deadline
+//!   or a stop. Useful for a ring that only records assignments, and for tests of the
+//!   coordinator itself.
+//! - `exec`: runs the configured command per control plane under `ring-guard`, which stops it
+//!   at the lease deadline even if `ringd` is frozen. Hook commands (`on_start`, `on_stop`) run
+//!   with a timeout, their output captured into the log, like Patroni callbacks.
+//!
+//! Every command gets the control plane, the epoch and the action in its environment:
+//! `GARDEN_RING_CONTROL_PLANE`, `GARDEN_RING_EPOCH`, `GARDEN_RING_ACTION` (`start`, `run`,
+//! `stop`, `fence`), `GARDEN_RING_MEMBER`, `GARDEN_RING_ENDPOINT` (this member's endpoint for
+//! it) and `GARDEN_RING_DNS_NAME`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+
+use crate::config::{DriverKind, DriverSettings};
+use crate::time::monotonic_ms;
+
+/// Most bytes of a hook's output kept for the log.
+pub const MAX_HOOK_OUTPUT_BYTES: usize = 4 * 1024;
+
+/// Why a driver action failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// A command could not be started.
+    #[error("cannot run {command}: {why}")]
+    Spawn {
+        /// The command.
+        command: String,
+        /// Why.
+        why: String,
+    },
+    /// A hook failed or timed out.
+    #[error("hook {action} for {name} at epoch {epoch}: {why}")]
+    Hook {
+        /// `start` or `stop`.
+        action: &'static str,
+        /// The control plane.
+        name: String,
+        /// The epoch.
+        epoch: u64,
+        /// Why, with the captured output.
+        why: String,
+    },
+}
+
+/// What a driver needs to know about a control plane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The control plane.
+    pub name: String,
+    /// The epoch to run it at.
+    pub epoch: u64,
+    /// This member's endpoint for it.
+    pub endpoint: String,
+    /// Its DNS name.
+    pub dns_name: String,
+}
+
+struct Instance {
+    target: Target,
+    deadline_ms: u64,
+    guard: Option<Guard>,
+}
+
+struct Guard {
+    child: Child,
+    stdin: Option<ChildStdin>,
+}
+
+/// The workloads of one member.
+pub struct Workloads {
+    member: String,
+    settings: DriverSettings,
+    fence_ms: u64,
+    guard_binary: PathBuf,
+    instances: BTreeMap<String, Instance>,
+}
+
+/// The `ring-guard` binary next to the running executable.
+pub fn default_guard_binary() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join("ring-guard")))
+        .unwrap_or_else(|| PathBuf::from("ring-guard"))
+}
+
+impl Workloads {
+    /// The workloads of member `member`.
+    pub fn new(member: &str, settings: DriverSettings, fence_ms: u64) -> Self {
+        let guard_binary = settings.guard.clone().unwrap_or_else(default_guard_binary);
+        Self {
+            member: member.to_string(),
+            settings,
+            fence_ms,
+            guard_binary,
+            instances: BTreeMap::new(),
+        }
+    }
+
+    fn env(&self, cmd: &mut Command, target: &Target, action: &str) {
+        cmd.env("GARDEN_RING_CONTROL_PLANE", &target.name)
+            .env("GARDEN_RING_EPOCH", target.epoch.to_string())
+            .env("GARDEN_RING_ACTION", action)
+            .env("GARDEN_RING_MEMBER", &self.member)
+            .env("GARDEN_RING_ENDPOINT", &target.endpoint)
+            .env("GARDEN_RING_DNS_NAME", &target.dns_name);
+    }
+
+    /// Runs a hook (if configured) with a timeout; its output goes to the log.
+    async fn hook(
+        &self,
+        action: &'static str,
+        argv: &[String],
+        target: &Target,
+    ) -> Result<(), DriverError> {
+        let Some((program, args)) = argv.split_first() else {
+            return Ok(());
+        };
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        self.env(&mut cmd, target, action);
+        let fail = |why: String| DriverError::Hook {
+            action,
+            name: target.name.clone(),
+            epoch: target.epoch,
+            why,
+        };
+        let child = cmd
+            .spawn()
+            .map_err(|e| fail(format!("cannot start {program}: {e}")))?;
+        let timeout = Duration::from_millis(self.settings.hook_timeout_ms);
+        let output = tokio::time::timeout(timeout, child.wait_with_output())
+            .await
+            .map_err(|_| {
+                fail(format!(
+                    "timed out after {} ms and was killed",
+                    timeout.as_millis()
+                ))
+            })?
+            .map_err(|e| fail(e.to_string()))?;
+        let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&output.stderr));
+        if text.len() > MAX_HOOK_OUTPUT_BYTES {
+            let mut cut = MAX_HOOK_OUTPUT_BYTES;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+            text.push_str(" [...]");
+        }
+        let text = text.trim();
+        if output.status.success() {
+            if !text.is_empty() {
+                tracing::info!(control_plane = %target.name, epoch = target.epoch, "{action} hook: {text}");
+            }
+            Ok(())
+        } else {
+            Err(fail(format!("exited with {}: {text}", output.status)))
+        }
+    }
+
+    /// Starts `target`, to be stopped at `deadline_ms` (monotonic) unless extended.
+    pub async fn start(&mut self, target: Target, deadline_ms: u64) -> Result<(), DriverError> {
+        if self.settings.kind == DriverKind::None {
+            self.instances.insert(
+                target.name.clone(),
+                Instance {
+                    target,
+                    deadline_ms,
+                    guard: None,
+                },
+            );
+            return Ok(());
+        }
+        self.hook("start", &self.settings.on_start.clone(), &target)
+            .await?;
+        let mut cmd = Command::new(&self.guard_binary);
+        cmd.arg("--fence-ms")
+            .arg(self.fence_ms.to_string())
+            .arg("--")
+            .args(&self.settings.run)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        self.env(&mut cmd, &target, "run");
+        let mut child = cmd.spawn().map_err(|e| DriverError::Spawn {
+            command: self.guard_binary.display().to_string(),
+            why: e.to_string(),
+        })?;
+        let mut stdin = child.stdin.take();
+        if let Some(s) = stdin.as_mut() {
+            let _ = s
+                .write_all(format!("deadline {deadline_ms}\n").as_bytes())
+                .await;
+        }
+        if let Some(out) = child.stdout.take() {
+            let name = target.name.clone();
+            let epoch = target.epoch;
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(out).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    tracing::info!(control_plane = %name, epoch, "guard: {line}");
+                }
+            });
+        }
+        tracing::info!(control_plane = %target.name, epoch = target.epoch, "started");
+        self.instances.insert(
+            target.name.clone(),
+            Instance {
+                target,
+                deadline_ms,
+                guard: Some(Guard { child, stdin }),
+            },
+        );
+        Ok(())
+    }
+
+    /// Moves the deadline of the running instance of `name` at `epoch`.
+    pub async fn extend(&mut self, name: &str, epoch: u64, deadline_ms: u64) {
+        let Some(instance) = self.instances.get_mut(name) else {
+            return;
+        };
+        if instance.target.epoch != epoch || deadline_ms <= instance.deadline_ms {
+            return;
+        }
+        instance.deadline_ms = deadline_ms;
+        if let Some(stdin) = instance.guard.as_mut().and_then(|g| g.stdin.as_mut()) {
+            let _ = stdin
+                .write_all(format!("deadline {deadline_ms}\n").as_bytes())
+                .await;
+        }
+    }
+
+    /// Stops the instance of `name` at `epoch` now and waits (at most `fence_ms`) for it.
+    pub async fn stop(&mut self, name: &str, epoch: u64) {
+        let matches = self
+            .instances
+            .get(name)
+            .is_some_and(|i| i.target.epoch == epoch);
+        if !matches {
+            return;
+        }
+        let instance = self.instances.remove(name).expect("checked above");
+        if let Some(mut guard) = instance.guard {
+            if let Some(stdin) = guard.stdin.as_mut() {
+                let _ = stdin.write_all(b"stop\n").await;
+            }
+            let wait = Duration::from_millis(self.fence_ms + 500);
+            if tokio::time::timeout(wait, guard.child.wait())
+                .await
+                .is_err()
+            {
+                tracing::error!(
+                    control_plane = name,
+                    epoch,
+                    "guard did not stop in time; killing it"
+                );
+                let _ = guard.child.kill().await;
+            }
+        }
+        tracing::info!(control_plane = name, epoch, "stopped");
+        if let Err(e) = self
+            .hook("stop", &self.settings.on_stop.clone(), &instance.target)
+            .await
+        {
+            tracing::warn!("{e}");
+        }
+    }
+
+    /// What runs now (control plane -> epoch). Instances whose guard exited (fenced at the
+    /// deadline, or the workload ended) or whose deadline passed are dropped.
+    pub async fn running(&mut self) -> BTreeMap<String, u64> {
+        let now = monotonic_ms();
+        let mut gone = Vec::new();
+        for (name, instance) in &mut self.instances {
+            let ended = match &mut instance.guard {
+                Some(guard) => !matches!(guard.child.try_wait(), Ok(None)),
+                None => now >= instance.deadline_ms,
+            };
+            if ended {
+                gone.push(name.clone());
+            }
+        }
+        for name in gone {
+            if let Some(instance) = self.instances.remove(&name) {
+                tracing::warn!(
+                    control_plane = %name,
+                    epoch = instance.target.epoch,
+                    "fenced: its lease ran out (or the workload ended)"
+                );
+                if let Err(e) = self
+                    .hook("fence", &self.settings.on_stop.clone(), &instance.target)
+                    .await
+                {
+                    tracing::warn!("{e}");
+                }
+            }
+        }
+        self.instances
+            .iter()
+            .map(|(n, i)| (n.clone(), i.target.epoch))
+            .collect()
+    }
+}

@@ -1,0 +1,170 @@
+//! The agent every member runs: it renews this member's lease with the leader, one request at a
+//! time, and makes the workloads match the grant ([`crate::core::agent::reconcile`]) through
+//! the driver ([`driver`]).
+//!
+//! Without a fresh grant it starts and extends nothing; each workload's guard then stops it at
+//! the deadline of the last grant, whatever `ringd` is doing (DESIGN.md rule 1).
+
+pub mod driver;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::type_config::async_runtime::watch::WatchReceiver;
+use tokio::sync::watch;
+
+use crate::core::agent::{Action, Grant, Memory, reconcile};
+use crate::leases::LeaseDesk;
+use crate::raft::network::PeerNetwork;
+use crate::raft::types::{RenewReply, RenewRequest};
+use crate::raft::{NodeId, RaftNode, StateMachineStore};
+use crate::time::monotonic_ms;
+use driver::{Target, Workloads};
+
+/// One member's agent.
+pub struct Agent {
+    me: NodeId,
+    name: String,
+    raft: RaftNode,
+    state: StateMachineStore,
+    network: PeerNetwork,
+    desk: Arc<LeaseDesk>,
+    workloads: Workloads,
+    memory: Memory,
+    lease_ms: u64,
+    last_error: Option<String>,
+}
+
+impl Agent {
+    /// The agent of member `me` (named `name`), with leases of at most `lease_ms`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        me: NodeId,
+        name: &str,
+        raft: RaftNode,
+        state: StateMachineStore,
+        network: PeerNetwork,
+        desk: Arc<LeaseDesk>,
+        workloads: Workloads,
+        lease_ms: u64,
+    ) -> Self {
+        Self {
+            me,
+            name: name.to_string(),
+            raft,
+            state,
+            network,
+            desk,
+            workloads,
+            memory: Memory::default(),
+            lease_ms,
+            last_error: None,
+        }
+    }
+
+    /// How often the lease is renewed: four times per lease.
+    pub fn renew_interval(&self) -> Duration {
+        Duration::from_millis((self.lease_ms / 4).max(10))
+    }
+
+    async fn renew(&self, request: RenewRequest) -> Result<RenewReply, String> {
+        let timeout = Duration::from_millis(self.lease_ms / 2);
+        let (leader, node) = {
+            let m = self.raft.metrics().borrow_watched().clone();
+            let leader = m.current_leader.ok_or("no leader known")?;
+            let node = m.membership_config.membership().get_node(&leader).cloned();
+            (leader, node)
+        };
+        if leader == self.me {
+            return tokio::time::timeout(timeout, self.desk.renew_lease(self.me, request))
+                .await
+                .map_err(|_| "timed out".to_string())?
+                .map_err(|s| s.message().to_string());
+        }
+        let node = node.ok_or_else(|| format!("leader {leader} has no address yet"))?;
+        self.network
+            .client(leader, &node)
+            .renew(&request, timeout)
+            .await
+    }
+
+    /// One round: renew, then act on the grant.
+    pub async fn round(&mut self) {
+        let running = self.workloads.running().await;
+        let sent_at_ms = monotonic_ms();
+        let reply = self
+            .renew(RenewRequest {
+                running: running.clone(),
+            })
+            .await;
+        let reply = match reply {
+            Ok(r) => {
+                if self.last_error.take().is_some() {
+                    tracing::info!("lease renewed again");
+                }
+                r
+            }
+            Err(e) => {
+                if self.last_error.as_deref() != Some(e.as_str()) {
+                    tracing::warn!(
+                        "cannot renew the lease ({e}); what runs here stops when the current lease runs out"
+                    );
+                    self.last_error = Some(e);
+                }
+                return;
+            }
+        };
+        let grant = Grant {
+            sent_at_ms,
+            lease_ms: reply.lease_ms.min(self.lease_ms),
+            control_planes: reply.granted,
+        };
+        if grant.deadline_ms() <= monotonic_ms() {
+            // The answer came too late to be of use.
+            return;
+        }
+        for action in reconcile(&mut self.memory, &grant, &running) {
+            match action {
+                Action::Stop { name, epoch } => self.workloads.stop(&name, epoch).await,
+                Action::Extend {
+                    name,
+                    epoch,
+                    deadline_ms,
+                } => self.workloads.extend(&name, epoch, deadline_ms).await,
+                Action::Start {
+                    name,
+                    epoch,
+                    deadline_ms,
+                } => {
+                    let target = self.state.read(|a| {
+                        a.state.control_planes.get(&name).map(|cp| Target {
+                            name: name.clone(),
+                            epoch,
+                            endpoint: cp.endpoints.get(&self.name).cloned().unwrap_or_default(),
+                            dns_name: cp.dns_name.clone(),
+                        })
+                    });
+                    let Some(target) = target else {
+                        continue; // not applied here yet: next round
+                    };
+                    if let Err(e) = self.workloads.start(target, deadline_ms).await {
+                        tracing::error!(control_plane = %name, epoch, "cannot start: {e}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Runs the agent until `stopped` turns true. Workloads keep their deadlines: a member that
+/// shuts down stops serving when its lease runs out (its guards see to that).
+pub async fn run(mut agent: Agent, mut stopped: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(agent.renew_interval());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => agent.round().await,
+            _ = async { let _ = stopped.wait_for(|s| *s).await; } => return,
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! The leader's side of leases: it answers members' renewals (the `Renew` RPC) and keeps what
+//! it observed for the controller ([`crate::core::controller`]).
+//!
+//! A renewal is answered only by the leader, only after it confirmed its leadership with a
+//! quorum and applied everything committed before (a ReadIndex read), and with exactly
+//! [`RingState::grants`] of the asking member at that point. The member's lease runs from
+//! before it sent the request, so it never outlasts what the leader could know.
+//!
+//! Each renewal also counts as contact with the member (for health), tells which control
+//! planes it released (it holds no grant for one it is fencing, and lists it as not running:
+//! since a member renews one request at a time, nothing it does later can bring it back), and
+//! which it serves.
+//!
+//! [`RingState::grants`]: crate::core::RingState::grants
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use openraft::ServerState;
+use openraft::type_config::async_runtime::watch::WatchReceiver;
+use tonic::Status;
+
+use crate::core::Phase;
+use crate::core::controller::{Observations, Policy};
+use crate::raft::service::RenewHandler;
+use crate::raft::types::{RenewReply, RenewRequest};
+use crate::raft::{NodeId, RaftNode, StateMachineStore};
+
+struct Inner {
+    observations: Observations,
+    last_renewal: BTreeMap<NodeId, Instant>,
+}
+
+/// Answers renewals and keeps the leader's observations.
+pub struct LeaseDesk {
+    me: NodeId,
+    raft: RaftNode,
+    state: StateMachineStore,
+    policy: Policy,
+    started: Instant,
+    inner: Mutex<Inner>,
+}
+
+impl LeaseDesk {
+    /// The desk of member `me`.
+    pub fn new(me: NodeId, raft: RaftNode, state: StateMachineStore, policy: Policy) -> Self {
+        Self {
+            me,
+            raft,
+            state,
+            policy,
+            started: Instant::now(),
+            inner: Mutex::new(Inner {
+                observations: Observations::default(),
+                last_renewal: BTreeMap::new(),
+            }),
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How long ago member `id` last renewed with this member (as leader).
+    pub fn since_renewal(&self, id: NodeId) -> Option<Duration> {
+        self.lock().last_renewal.get(&id).map(Instant::elapsed)
+    }
+
+    /// Forgets everything observed (this member stopped leading: a new term starts afresh).
+    pub fn reset(&self) {
+        let mut inner = self.lock();
+        inner.observations = Observations::default();
+        inner.last_renewal.clear();
+    }
+
+    /// The observations for the controller, brought up to date with the applied state.
+    pub fn observations(&self) -> Observations {
+        let now_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let mut inner = self.lock();
+        inner.observations.now_ms = now_ms;
+        inner.observations.unix_ms = crate::time::unix_ms();
+        self.state.read(|a| inner.observations.observe(&a.state));
+        inner.observations.clone()
+    }
+
+    /// Renews the lease of member `from` (see the module docs).
+    pub async fn renew_lease(
+        &self,
+        from: NodeId,
+        request: RenewRequest,
+    ) -> Result<RenewReply, Status> {
+        let leading = {
+            let m = self.raft.metrics().borrow_watched().clone();
+            m.state == ServerState::Leader && m.current_leader == Some(self.me)
+        };
+        if !leading {
+            return Err(Status::failed_precondition(format!(
+                "member {} is not the leader; renew with the leader",
+                self.me
+            )));
+        }
+        self.lock().last_renewal.insert(from, Instant::now());
+        self.raft
+            .ensure_linearizable(openraft::ReadPolicy::ReadIndex)
+            .await
+            .map_err(|e| Status::unavailable(format!("cannot confirm leadership: {e}")))?;
+        // Read after the ReadIndex: everything committed before this request arrived is here.
+        let reading = self.state.read(|a| {
+            let name = a.state.members.get(&from)?.name.clone();
+            let granted = a.state.grants(&name);
+            let mut released = Vec::new();
+            let mut serving = Vec::new();
+            for cp in a.state.control_planes.values() {
+                let key = (cp.name.clone(), cp.epoch, name.clone());
+                if cp.fencing.contains(&name) && !request.running.contains_key(&cp.name) {
+                    released.push(key);
+                } else if cp.phase == Phase::Starting
+                    && cp.host.as_deref() == Some(name.as_str())
+                    && request.running.get(&cp.name) == Some(&cp.epoch)
+                {
+                    serving.push(key);
+                }
+            }
+            Some((granted, released, serving))
+        });
+        let Some((granted, released, serving)) = reading else {
+            return Err(Status::failed_precondition(format!(
+                "member {from} is not registered"
+            )));
+        };
+        {
+            let mut inner = self.lock();
+            inner.observations.released.extend(released);
+            inner.observations.serving.extend(serving);
+        }
+        Ok(RenewReply {
+            granted,
+            lease_ms: self.policy.lease_ms,
+        })
+    }
+}
+
+impl RenewHandler for LeaseDesk {
+    fn renew(
+        &self,
+        from: NodeId,
+        request: RenewRequest,
+    ) -> futures::future::BoxFuture<'_, Result<RenewReply, Status>> {
+        Box::pin(self.renew_lease(from, request))
+    }
+}
