@@ -95,6 +95,77 @@ impl Default for RingOptions {
     }
 }
 
+/// An `exec` driver whose workload appends `<unix ns> <member> <epoch>` to
+/// `dir/serving-<control plane>.log` every 20 ms while it runs, so a test can tell who served
+/// what when.
+pub fn recording_driver(dir: &Path) -> DriverSettings {
+    let script = format!(
+        "while true; do echo \"$(date +%s%N) $GARDEN_RING_MEMBER $GARDEN_RING_EPOCH\" >> {}/serving-$GARDEN_RING_CONTROL_PLANE.log; sleep 0.02; done",
+        dir.display()
+    );
+    DriverSettings {
+        kind: garden_ring::config::DriverKind::Exec,
+        run: vec!["sh".into(), "-c".into(), script],
+        guard: Some(binary("ring-guard")),
+        ..DriverSettings::default()
+    }
+}
+
+/// One stretch of serving in a recording driver's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Served {
+    /// Who served.
+    pub member: String,
+    /// At which epoch.
+    pub epoch: u64,
+    /// First and last line, Unix ns.
+    pub from_ns: u128,
+    /// Last line.
+    pub to_ns: u128,
+}
+
+/// The serving stretches of control plane `name` recorded in `dir`, in order of start.
+pub fn served(dir: &Path, name: &str) -> Vec<Served> {
+    let text = std::fs::read_to_string(dir.join(format!("serving-{name}.log"))).unwrap_or_default();
+    let mut by: std::collections::BTreeMap<(String, u64), (u128, u128)> = Default::default();
+    for line in text.lines() {
+        let mut parts = line.split_whitespace();
+        let (Some(ts), Some(member), Some(epoch)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let (Ok(ts), Ok(epoch)) = (ts.parse::<u128>(), epoch.parse::<u64>()) else {
+            continue;
+        };
+        let e = by.entry((member.to_string(), epoch)).or_insert((ts, ts));
+        e.0 = e.0.min(ts);
+        e.1 = e.1.max(ts);
+    }
+    let mut out: Vec<Served> = by
+        .into_iter()
+        .map(|((member, epoch), (from_ns, to_ns))| Served {
+            member,
+            epoch,
+            from_ns,
+            to_ns,
+        })
+        .collect();
+    out.sort_by_key(|s| s.from_ns);
+    out
+}
+
+/// Panics if two stretches of serving overlap in time (two members, or two epochs, at once).
+pub fn assert_no_overlap(name: &str, stretches: &[Served]) {
+    for pair in stretches.windows(2) {
+        assert!(
+            pair[0].to_ns < pair[1].from_ns,
+            "{name}: {:?} and {:?} served at the same time",
+            pair[0],
+            pair[1]
+        );
+    }
+}
+
 /// The DNS zone of test rings.
 pub const TEST_ZONE: &str = "ring.test";
 
@@ -176,6 +247,12 @@ impl Proc {
             .spawn()
             .expect("spawn ringd");
         self.child = Some(child);
+    }
+
+    /// Sends `signal` to the process (e.g. SIGSTOP, SIGCONT).
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = self.pid().expect("the member runs");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).expect("signal");
     }
 
     /// `kill -9`, and waits for the process to be gone.

@@ -1,0 +1,259 @@
+//! Self-healing with real processes: three `ringd`, the `exec` driver running a workload per
+//! control plane that records when it serves, and `ring-guard` enforcing leases.
+//!
+//! Loopback timings: lease 1000 ms, fence 500 ms, clock margin 200 ms, member lost after
+//! 2000 ms. Each test prints what it measured.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use garden_ring::pb;
+use garden_ring_tests::{
+    Ring, RingOptions, add_control_plane, assert_no_overlap, control_plane, eventually,
+    recording_driver, served, status,
+};
+use nix::sys::signal::Signal;
+
+const FORM: Duration = Duration::from_secs(20);
+
+fn unix_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// A ring whose workloads record into `ring.dir/serving-*.log`.
+fn recording_ring() -> Ring {
+    let mut ring = Ring::prepare(RingOptions::default());
+    let driver = recording_driver(ring.dir.path());
+    for p in &mut ring.procs {
+        p.config.driver = driver.clone();
+        p.spawn();
+    }
+    ring
+}
+
+async fn cps(ring: &Ring, among: &[usize]) -> BTreeMap<String, pb::ControlPlane> {
+    for &i in among {
+        if let Ok(s) = status(&ring.procs[i]).await {
+            return s
+                .control_planes
+                .into_iter()
+                .map(|c| (c.name.clone(), c))
+                .collect();
+        }
+    }
+    panic!("no member of {among:?} answers");
+}
+
+/// Adds `names` (with the given home and host) and waits until all run.
+async fn add_running(ring: &Ring, specs: &[(&str, Option<&str>, Option<&str>)]) {
+    for (name, home, host) in specs {
+        let mut req = control_plane(name, *home);
+        req.host = host.unwrap_or_default().to_string();
+        add_control_plane(&ring.client(), req).await.unwrap();
+    }
+    eventually(
+        Duration::from_secs(10),
+        "every control plane runs",
+        || async {
+            let all = cps(ring, &[0, 1, 2]).await;
+            all.values().all(|c| c.phase == "running").then_some(())
+        },
+    )
+    .await;
+}
+
+/// Waits until every control plane in `moved` runs on another member than `from` at a higher
+/// epoch, and returns, per control plane, the milliseconds from `since` to when it was seen
+/// running there.
+async fn wait_moved(
+    ring: &Ring,
+    among: &[usize],
+    moved: &BTreeMap<String, pb::ControlPlane>,
+    from: &str,
+    since: Instant,
+) -> BTreeMap<String, u128> {
+    let mut done = BTreeMap::new();
+    let deadline = since + Duration::from_secs(20);
+    while done.len() < moved.len() {
+        assert!(
+            Instant::now() < deadline,
+            "not all moved off {from}: {done:?}\n{}",
+            ring.logs()
+        );
+        let now = cps(ring, among).await;
+        for (name, before) in moved {
+            let cp = &now[name];
+            if !done.contains_key(name)
+                && cp.phase == "running"
+                && cp.host != from
+                && cp.epoch > before.epoch
+            {
+                done.insert(name.clone(), since.elapsed().as_millis());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    done
+}
+
+fn hosted_by(
+    all: &BTreeMap<String, pb::ControlPlane>,
+    member: &str,
+) -> BTreeMap<String, pb::ControlPlane> {
+    all.iter()
+        .filter(|(_, c)| c.host == member)
+        .map(|(n, c)| (n.clone(), c.clone()))
+        .collect()
+}
+
+#[tokio::test]
+async fn killing_a_host_moves_its_control_planes_and_nothing_serves_twice() {
+    let mut ring = recording_ring();
+    let leader = ring.wait_leader(&[0, 1, 2], &[], FORM).await;
+    let victim = (0..3).find(|&i| ring.procs[i].config.id != leader).unwrap();
+    let victim_name = ring.procs[victim].config.name.clone();
+    let others: Vec<&str> = ["a", "b", "c"]
+        .into_iter()
+        .filter(|n| *n != victim_name)
+        .collect();
+    // Two control planes on the victim (homes elsewhere), one elsewhere.
+    add_running(
+        &ring,
+        &[
+            ("x1", Some(others[0]), Some(&victim_name)),
+            ("x2", Some(others[1]), Some(&victim_name)),
+            ("y", None, Some(others[0])),
+        ],
+    )
+    .await;
+    let moved = hosted_by(&cps(&ring, &[0, 1, 2]).await, &victim_name);
+    assert_eq!(moved.len(), 2);
+
+    let killed_at = Instant::now();
+    let killed_ns = unix_ns();
+    ring.procs[victim].kill9();
+    let survivors: Vec<usize> = (0..3).filter(|&i| i != victim).collect();
+    let times = wait_moved(&ring, &survivors, &moved, &victim_name, killed_at).await;
+    println!(
+        "kill -9 of {victim_name}'s ringd -> running on a survivor, per control plane (ms): {times:?}"
+    );
+
+    let now = cps(&ring, &survivors).await;
+    for (name, before) in &moved {
+        let cp = &now[name];
+        assert!(cp.epoch > before.epoch);
+        assert_ne!(cp.host, cp.home, "never at home");
+        let stretches = served(ring.dir.path(), name);
+        assert_no_overlap(name, &stretches);
+        let old = stretches
+            .iter()
+            .find(|s| s.member == victim_name)
+            .expect("the victim served it");
+        let fenced_after_ms = (old.to_ns.saturating_sub(killed_ns)) / 1_000_000;
+        println!(
+            "{name}: the orphaned workload on {victim_name} served until {fenced_after_ms} ms after the kill (lease 1000 ms); the new one started {} ms after that",
+            (stretches.last().unwrap().from_ns - old.to_ns) / 1_000_000
+        );
+        assert!(
+            fenced_after_ms <= 1_000 + 500 + 100,
+            "fenced late: {fenced_after_ms} ms"
+        );
+    }
+    // The control plane that was elsewhere did not move.
+    assert_eq!(now["y"].epoch, 1);
+}
+
+#[tokio::test]
+async fn a_frozen_ringd_is_fenced_by_its_guard_and_does_not_serve_again() {
+    let ring = recording_ring();
+    let leader = ring.wait_leader(&[0, 1, 2], &[], FORM).await;
+    let victim = (0..3).find(|&i| ring.procs[i].config.id != leader).unwrap();
+    let victim_name = ring.procs[victim].config.name.clone();
+    let other = ["a", "b", "c"]
+        .into_iter()
+        .find(|n| *n != victim_name)
+        .unwrap();
+    add_running(&ring, &[("z", Some(other), Some(&victim_name))]).await;
+    let moved = hosted_by(&cps(&ring, &[0, 1, 2]).await, &victim_name);
+
+    let stopped_at = Instant::now();
+    let stopped_ns = unix_ns();
+    ring.procs[victim].signal(Signal::SIGSTOP);
+    let survivors: Vec<usize> = (0..3).filter(|&i| i != victim).collect();
+    let times = wait_moved(&ring, &survivors, &moved, &victim_name, stopped_at).await;
+    println!("SIGSTOP of {victim_name}'s ringd -> running elsewhere (ms): {times:?}");
+    // Frozen longer than member_lost_ms, then thawed.
+    let frozen_for = Duration::from_millis(3_000).saturating_sub(stopped_at.elapsed());
+    tokio::time::sleep(frozen_for).await;
+    let cont_ns = unix_ns();
+    ring.procs[victim].signal(Signal::SIGCONT);
+    // The thawed member catches up and must not start z again.
+    eventually(
+        Duration::from_secs(10),
+        "the thawed member answers",
+        || async { status(&ring.procs[victim]).await.ok().map(|_| ()) },
+    )
+    .await;
+    eventually(
+        Duration::from_secs(10),
+        "the thawed member sees the move",
+        || async {
+            let s = status(&ring.procs[victim]).await.ok()?;
+            s.control_planes
+                .iter()
+                .any(|c| c.name == "z" && c.host != victim_name && c.phase == "running")
+                .then_some(())
+        },
+    )
+    .await;
+    // Give it a few lease renewals to misbehave, if it would.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let stretches = served(ring.dir.path(), "z");
+    assert_no_overlap("z", &stretches);
+    assert!(
+        stretches
+            .iter()
+            .filter(|s| s.member == victim_name)
+            .all(|s| s.to_ns < cont_ns),
+        "the thawed member served z again: {stretches:?}"
+    );
+    let old = stretches.iter().find(|s| s.member == victim_name).unwrap();
+    let new = stretches.iter().find(|s| s.member != victim_name).unwrap();
+    println!(
+        "z: old workload stopped by its guard {} ms after SIGSTOP; new host started {} ms after that",
+        old.to_ns.saturating_sub(stopped_ns) / 1_000_000,
+        (new.from_ns - old.to_ns) / 1_000_000
+    );
+}
+
+#[tokio::test]
+async fn killing_the_leader_that_hosts_control_planes_still_moves_them() {
+    let mut ring = recording_ring();
+    let leader = ring.wait_leader(&[0, 1, 2], &[], FORM).await;
+    let victim = ring.index_of(leader);
+    let victim_name = ring.procs[victim].config.name.clone();
+    let other = ["a", "b", "c"]
+        .into_iter()
+        .find(|n| *n != victim_name)
+        .unwrap();
+    add_running(
+        &ring,
+        &[
+            ("l1", Some(other), Some(&victim_name)),
+            ("l2", None, Some(&victim_name)),
+        ],
+    )
+    .await;
+    let moved = hosted_by(&cps(&ring, &[0, 1, 2]).await, &victim_name);
+    let killed_at = Instant::now();
+    ring.procs[victim].kill9();
+    let survivors: Vec<usize> = (0..3).filter(|&i| i != victim).collect();
+    let times = wait_moved(&ring, &survivors, &moved, &victim_name, killed_at).await;
+    println!("kill -9 of the leader {victim_name} -> running on a survivor (ms): {times:?}");
+    for name in moved.keys() {
+        assert_no_overlap(name, &served(ring.dir.path(), name));
+    }
+}
