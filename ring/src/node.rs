@@ -280,17 +280,18 @@ impl Member {
         }
         let contact = LeaderContact::default();
         let seen = SeenCertificates::default();
+        let policy = Policy {
+            lease_ms: config.timing.lease_ms,
+            fence_ms: config.timing.fence_ms,
+            margin_ms: config.timing.clock_margin_ms,
+            min_move_interval_ms: config.placement.min_move_interval_ms,
+            capacity: config.placement.capacity,
+        };
         let desk = Arc::new(LeaseDesk::new(
             id,
             raft.clone(),
             state.clone(),
-            Policy {
-                lease_ms: config.timing.lease_ms,
-                fence_ms: config.timing.fence_ms,
-                margin_ms: config.timing.clock_margin_ms,
-                min_move_interval_ms: config.placement.min_move_interval_ms,
-                capacity: config.placement.capacity,
-            },
+            policy.clone(),
         ));
         let membership = MembershipChanger::new(raft.clone());
         let admin = Arc::new(AdminService::new(
@@ -304,6 +305,7 @@ impl Member {
                 tls: security.store().cloned(),
                 seen: seen.clone(),
             },
+            policy,
         ));
         let peer = PeerService::new(
             id,

@@ -257,3 +257,171 @@ async fn killing_the_leader_that_hosts_control_planes_still_moves_them() {
         assert_no_overlap(name, &served(ring.dir.path(), name));
     }
 }
+
+fn ringctl_ok(ring: &Ring, args: &[&str]) -> serde_json::Value {
+    let mut all = args.to_vec();
+    all.extend(["--output", "json"]);
+    let out = ring.ringctl(&all);
+    assert!(
+        out.status.success(),
+        "ringctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn operator_controls_behave_and_dry_runs_change_nothing() {
+    let ring = recording_ring();
+    ring.wait_leader(&[0, 1, 2], &[], FORM).await;
+    add_running(
+        &ring,
+        &[
+            ("s", None, Some("a")),
+            ("t", None, Some("a")),
+            ("u", None, Some("b")),
+        ],
+    )
+    .await;
+    let before = cps(&ring, &[0]).await;
+
+    // Dry runs print the plan and change nothing.
+    let plan = ringctl_ok(&ring, &["switchover", "s", "--to", "c", "--dry-run"]);
+    assert_eq!(plan["dry_run"], true);
+    assert_eq!(plan["moves"][0]["to"], "c");
+    let plan = ringctl_ok(&ring, &["member", "drain", "a", "--dry-run"]);
+    assert_eq!(plan["moves"].as_array().unwrap().len(), 2);
+    let plan = ringctl_ok(&ring, &["failover", "u", "--dry-run"]);
+    assert_eq!(plan["moves"].as_array().unwrap().len(), 1);
+    assert_eq!(cps(&ring, &[0]).await, before, "a dry run changed the ring");
+
+    // Switchover: planned; the old host hands over, the new one starts after it.
+    let started = Instant::now();
+    ringctl_ok(&ring, &["switchover", "s", "--to", "c", "--reason", "test"]);
+    eventually(Duration::from_secs(10), "s runs on c", || async {
+        let cp = cps(&ring, &[0]).await.remove("s")?;
+        (cp.host == "c" && cp.phase == "running" && cp.epoch == 2).then_some(())
+    })
+    .await;
+    println!(
+        "switchover s a -> c: running on c after {} ms",
+        started.elapsed().as_millis()
+    );
+    assert_no_overlap("s", &served(ring.dir.path(), "s"));
+
+    // Cordon: no new control planes land on c; uncordon lifts it.
+    ringctl_ok(&ring, &["member", "cordon", "c", "--reason", "maintenance"]);
+    let mut req = control_plane("v", Some("a"));
+    req.host = String::new();
+    add_control_plane(&ring.client(), req).await.unwrap();
+    let v = cps(&ring, &[0]).await.remove("v").unwrap();
+    assert_eq!(v.host, "b", "c is cordoned and a is home: only b");
+    // Drain b: cordoned first, then everything moves; with a as the only home-free
+    // target for u, and v's home a, v cannot move anywhere: the plan says so.
+    let out = ring.ringctl(&["member", "drain", "b"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot move v"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ringctl_ok(&ring, &["member", "uncordon", "c"]);
+    let drained = ringctl_ok(&ring, &["member", "drain", "b", "--reason", "maintenance"]);
+    assert_eq!(drained["moves"].as_array().unwrap().len(), 2, "{drained}");
+    eventually(Duration::from_secs(10), "nothing runs on b", || async {
+        let all = cps(&ring, &[0]).await;
+        all.values()
+            .all(|c| c.host != "b" && c.phase == "running")
+            .then_some(())
+    })
+    .await;
+    let members = ringctl_ok(&ring, &["member", "list"]);
+    let b = members
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "b")
+        .unwrap()
+        .clone();
+    assert_eq!(b["cordoned"], true, "drain cordons: {b}");
+
+    // Failover (forced) of a control plane on a healthy host works too, and is recorded.
+    ringctl_ok(&ring, &["failover", "t", "--to", "c", "--reason", "forced"]);
+    eventually(Duration::from_secs(10), "t runs on c", || async {
+        let cp = cps(&ring, &[0]).await.remove("t")?;
+        (cp.host == "c" && cp.phase == "running").then_some(())
+    })
+    .await;
+
+    // Pause: a lost host's control planes stay put; resume moves them.
+    ringctl_ok(&ring, &["pause", "--reason", "maintenance window"]);
+    let history = ringctl_ok(&ring, &["history", "--limit", "0"]);
+    let actions: Vec<&str> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    for action in [
+        "control-plane.move",
+        "member.cordon",
+        "member.uncordon",
+        "control-plane.released",
+        "ring.pause",
+    ] {
+        assert!(
+            actions.contains(&action),
+            "{action} not in history: {actions:?}"
+        );
+    }
+    for name in ["s", "t", "u", "v"] {
+        assert_no_overlap(name, &served(ring.dir.path(), name));
+    }
+}
+
+#[tokio::test]
+async fn pause_detects_but_never_moves() {
+    let mut ring = recording_ring();
+    let leader = ring.wait_leader(&[0, 1, 2], &[], FORM).await;
+    let victim = (0..3).find(|&i| ring.procs[i].config.id != leader).unwrap();
+    let victim_name = ring.procs[victim].config.name.clone();
+    add_running(&ring, &[("p", None, Some(&victim_name))]).await;
+    ringctl_ok(&ring, &["pause", "--reason", "maintenance"]);
+    ring.procs[victim].kill9();
+    let survivors: Vec<usize> = (0..3).filter(|&i| i != victim).collect();
+    eventually(
+        Duration::from_secs(10),
+        "the victim is judged lost",
+        || async {
+            let s = status(&ring.procs[survivors[0]]).await.ok()?;
+            s.members
+                .iter()
+                .any(|m| m.name == victim_name && m.health == "lost")
+                .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let p = cps(&ring, &survivors).await.remove("p").unwrap();
+    assert_eq!(
+        (p.host.as_str(), p.epoch),
+        (victim_name.as_str(), 1),
+        "paused: nothing moves"
+    );
+    let resumed = Instant::now();
+    let out = ring.ringctl(&["--endpoint", &ring.procs[survivors[0]].admin(), "resume"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eventually(Duration::from_secs(10), "p moves once resumed", || async {
+        let p = cps(&ring, &survivors).await.remove("p")?;
+        (p.host != victim_name && p.phase == "running").then_some(())
+    })
+    .await;
+    println!(
+        "resume -> p running elsewhere in {} ms",
+        resumed.elapsed().as_millis()
+    );
+}

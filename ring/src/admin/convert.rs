@@ -15,6 +15,7 @@ pub fn member(m: &Member) -> pb::Member {
         admin_address: m.admin_address.clone(),
         role: m.role.to_string(),
         health: m.health.to_string(),
+        cordoned: m.cordoned,
     }
 }
 
@@ -29,6 +30,8 @@ pub fn control_plane(cp: &ControlPlane) -> pb::ControlPlane {
         host: cp.host.clone().unwrap_or_default(),
         epoch: cp.epoch,
         phase: cp.phase.to_string(),
+        fencing: cp.fencing.iter().cloned().collect(),
+        unplaced_reason: cp.unplaced_reason.clone(),
     }
 }
 

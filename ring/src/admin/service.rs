@@ -22,8 +22,11 @@ use super::client::is_connection_failure;
 use super::convert::{command_error, control_plane, event, member, non_empty};
 use super::retry_safe;
 use crate::config::Timing;
+use crate::core::controller::{Policy, plan_moves};
 use crate::core::limits::MAX_PROPOSAL_BYTES;
-use crate::core::{Command, ControlPlaneSpec, Health, Member, MemberSpec, Proposal, Role};
+use crate::core::{
+    Command, ControlPlaneSpec, Health, Member, MemberSpec, MoveKind, Proposal, Role,
+};
 use crate::membership::MembershipChanger;
 use crate::pb;
 use crate::pb::admin_server::Admin;
@@ -62,6 +65,7 @@ pub struct AdminService {
     sm: StateMachineStore,
     timing: Timing,
     transport: Transport,
+    policy: Policy,
 }
 
 /// The Admin server with its interceptor (admits admin and viewer certificates only).
@@ -79,6 +83,7 @@ impl AdminService {
         sm: StateMachineStore,
         timing: Timing,
         transport: Transport,
+        policy: Policy,
     ) -> Self {
         Self {
             me,
@@ -87,6 +92,7 @@ impl AdminService {
             sm,
             timing,
             transport,
+            policy,
         }
     }
 
@@ -303,6 +309,7 @@ impl AdminService {
                 }
                 .to_string(),
                 health: Health::Unknown.to_string(),
+                cordoned: false,
             });
         }
         out.into_values().collect()
@@ -426,6 +433,13 @@ impl Admin for AdminService {
             control_planes,
             tls: self.tls_status(),
             dns_zone,
+            problem: match m.current_leader {
+                Some(_) => String::new(),
+                None => format!(
+                    "no leader: member {} cannot reach a majority of the voters. Nothing moves until a quorum is back, and control planes stop where their leases run out",
+                    self.me
+                ),
+            },
         }))
     }
 
@@ -689,6 +703,148 @@ impl Admin for AdminService {
             index,
         }))
     }
+
+    async fn member_cordon(
+        &self,
+        request: Request<pb::MemberCordonRequest>,
+    ) -> Result<Response<pb::MemberResponse>, Status> {
+        let caller = caller(&request, Access::Write)?;
+        to_leader!(self, request, caller, "MemberCordon");
+        let req = request.into_inner();
+        let target = self.find_member(&req.member)?;
+        let index = self
+            .propose(
+                caller.actor,
+                req.reason,
+                Command::Cordon {
+                    id: target.id,
+                    cordoned: req.cordoned,
+                },
+            )
+            .await?;
+        self.wait_applied(index).await;
+        Ok(self.member_response(target.id, index))
+    }
+
+    async fn r#move(
+        &self,
+        request: Request<pb::MoveRequest>,
+    ) -> Result<Response<pb::MoveResponse>, Status> {
+        let access = if request.get_ref().dry_run {
+            Access::Read
+        } else {
+            Access::Write
+        };
+        let caller = caller(&request, access)?;
+        if !request.get_ref().dry_run {
+            to_leader!(self, request, caller, "Move");
+        }
+        let req = request.into_inner();
+        let (kind, names, drained) = match req.kind.as_str() {
+            "drain" => {
+                let target = self.find_member(&req.member)?;
+                let names = self.read(|a| a.state.hosted_by(&target.name));
+                (MoveKind::Drain, names, Some(target))
+            }
+            "switchover" | "failover" => {
+                let name = req.control_plane.clone();
+                let host = self
+                    .read(|a| a.state.control_planes.get(&name).map(|cp| cp.host.clone()))
+                    .ok_or_else(|| Status::not_found(format!("unknown control plane {name:?}")))?;
+                if req.kind == "switchover" {
+                    let healthy = host.as_deref().is_some_and(|h| {
+                        self.read(|a| {
+                            a.state
+                                .member_by_name(h)
+                                .is_some_and(|m| m.health == Health::Healthy)
+                        })
+                    });
+                    if !healthy {
+                        return Err(Status::failed_precondition(format!(
+                            "the host of {name} ({}) is not healthy: a switchover needs it to hand over; use failover",
+                            host.as_deref().unwrap_or("none")
+                        )));
+                    }
+                }
+                let kind = if req.kind == "switchover" {
+                    MoveKind::Switchover
+                } else {
+                    MoveKind::Forced
+                };
+                (kind, vec![name], None)
+            }
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "move kind {other:?} must be drain, switchover or failover"
+                )));
+            }
+        };
+        let to = non_empty(req.to.clone());
+        let now = crate::time::unix_ms();
+        let (plan, hosts) = self.read(|a| {
+            let hosts: BTreeMap<String, String> = names
+                .iter()
+                .filter_map(|n| {
+                    a.state
+                        .control_planes
+                        .get(n)
+                        .map(|cp| (n.clone(), cp.host.clone().unwrap_or_default()))
+                })
+                .collect();
+            (
+                plan_moves(&a.state, &names, to.as_deref(), kind, &self.policy, now),
+                hosts,
+            )
+        });
+        let plan = plan.map_err(Status::failed_precondition)?;
+        let moves: Vec<pb::PlannedMove> = plan
+            .iter()
+            .filter_map(|c| match c {
+                Command::MoveControlPlane {
+                    name, to, epoch, ..
+                } => Some(pb::PlannedMove {
+                    control_plane: name.clone(),
+                    from: hosts.get(name).cloned().unwrap_or_default(),
+                    to: to.clone().unwrap_or_default(),
+                    epoch: *epoch,
+                }),
+                _ => None,
+            })
+            .collect();
+        if req.dry_run {
+            return Ok(Response::new(pb::MoveResponse {
+                moves,
+                dry_run: true,
+                index: 0,
+            }));
+        }
+        let mut index = 0;
+        if let Some(member) = drained
+            && !member.cordoned
+        {
+            index = self
+                .propose(
+                    caller.actor.clone(),
+                    format!("drain: {}", req.reason),
+                    Command::Cordon {
+                        id: member.id,
+                        cordoned: true,
+                    },
+                )
+                .await?;
+        }
+        for command in plan {
+            index = self
+                .propose(caller.actor.clone(), req.reason.clone(), command)
+                .await?;
+        }
+        self.wait_applied(index).await;
+        Ok(Response::new(pb::MoveResponse {
+            moves,
+            dry_run: false,
+            index,
+        }))
+    }
 }
 
 impl ForwardHandler for AdminService {
@@ -735,6 +891,8 @@ impl ForwardHandler for AdminService {
                 "ControlPlaneRemove" => run!(control_plane_remove, pb::ControlPlaneRemoveRequest),
                 "LeaderTransfer" => run!(leader_transfer, pb::LeaderTransferRequest),
                 "SetPaused" => run!(set_paused, pb::SetPausedRequest),
+                "MemberCordon" => run!(member_cordon, pb::MemberCordonRequest),
+                "Move" => run!(r#move, pb::MoveRequest),
                 other => Err(Status::unimplemented(format!(
                     "method {other:?} cannot be forwarded"
                 ))),

@@ -88,7 +88,14 @@ enum Cmd {
     /// Raft leadership.
     #[command(subcommand)]
     Leader(LeaderCmd),
-    /// Stop the ring's automatic actions (operator commands keep working).
+    /// Planned move of a control plane to another member: its host stops it first (or its
+    /// lease runs out), then the new host starts it at the next epoch. The host must be healthy.
+    Switchover(MoveArgs),
+    /// Forced move of a control plane, also off an unhealthy or unreachable host. Still safe:
+    /// the new host waits until the old one released it or its lease ran out.
+    Failover(MoveArgs),
+    /// Maintenance mode: detect and report, never move control planes automatically
+    /// (operator commands keep working).
     Pause {
         /// Why (recorded in history).
         #[arg(long, default_value = "")]
@@ -204,6 +211,33 @@ enum MemberCmd {
         #[arg(long, default_value = "")]
         reason: String,
     },
+    /// Cordon a member: it gets no new control planes (it keeps the ones it has).
+    Cordon {
+        /// Member id or name.
+        member: String,
+        /// Why (recorded in history).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Uncordon a member.
+    Uncordon {
+        /// Member id or name.
+        member: String,
+        /// Why (recorded in history).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Cordon a member and move every control plane off it (planned, one after the other).
+    Drain {
+        /// Member id or name.
+        member: String,
+        /// Print the plan and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Why (recorded in history).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
     /// Remove a member from the ring; its id is retired for good.
     Remove {
         /// Member id or name.
@@ -254,6 +288,21 @@ enum CpCmd {
         #[arg(long, default_value = "")]
         reason: String,
     },
+}
+
+#[derive(Debug, clap::Args)]
+struct MoveArgs {
+    /// The control plane.
+    control_plane: String,
+    /// The new host (default: placement chooses).
+    #[arg(long)]
+    to: Option<String>,
+    /// Print the plan and change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Why (recorded in history).
+    #[arg(long, default_value = "")]
+    reason: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -668,6 +717,56 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             )?;
             print(out, &r, |r| format!("member {} is the leader", r.leader_id));
         }
+        Cmd::Member(
+            ref command @ (MemberCmd::Cordon {
+                ref member,
+                ref reason,
+            }
+            | MemberCmd::Uncordon {
+                ref member,
+                ref reason,
+            }),
+        ) => {
+            let cordoned = matches!(command, MemberCmd::Cordon { .. });
+            let (member, reason) = (member.clone(), reason.clone());
+            let r = rpc!(
+                client,
+                member_cordon,
+                pb::MemberCordonRequest {
+                    member: member.clone(),
+                    cordoned,
+                    reason
+                }
+            )?;
+            print(out, &r, |r| {
+                format!(
+                    "member {member} {} (index {})",
+                    if cordoned {
+                        "cordoned: it gets no new control planes"
+                    } else {
+                        "uncordoned"
+                    },
+                    r.index
+                )
+            });
+        }
+        Cmd::Member(MemberCmd::Drain {
+            member,
+            dry_run,
+            reason,
+        }) => {
+            let req = pb::MoveRequest {
+                kind: "drain".into(),
+                member,
+                dry_run,
+                reason,
+                ..Default::default()
+            };
+            let r = rpc!(client, r#move, req)?;
+            print(out, &r, output::moves);
+        }
+        Cmd::Switchover(args) => moves(&client, out, "switchover", args).await?,
+        Cmd::Failover(args) => moves(&client, out, "failover", args).await?,
         Cmd::Pause { reason } => {
             let r = rpc!(
                 client,
@@ -696,6 +795,25 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Cmd::Demo(_) | Cmd::Certs(_) => unreachable!("handled above"),
     }
+    Ok(())
+}
+
+async fn moves(
+    client: &AdminClient,
+    out: Output,
+    kind: &str,
+    args: MoveArgs,
+) -> Result<(), Failure> {
+    let req = pb::MoveRequest {
+        kind: kind.into(),
+        control_plane: args.control_plane,
+        to: args.to.unwrap_or_default(),
+        dry_run: args.dry_run,
+        reason: args.reason,
+        ..Default::default()
+    };
+    let r = rpc!(client, r#move, req)?;
+    print(out, &r, output::moves);
     Ok(())
 }
 

@@ -71,7 +71,11 @@ pub fn members(members: &[pb::Member], leader_id: Option<u64>) -> String {
             m.name.clone(),
             m.zone.clone(),
             role,
-            m.health.clone(),
+            if m.cordoned {
+                format!("{} (cordoned)", m.health)
+            } else {
+                m.health.clone()
+            },
             m.address.clone(),
             m.admin_address.clone(),
         ]);
@@ -165,6 +169,30 @@ pub fn status(s: &pb::StatusResponse) -> String {
         members(&s.members, Some(s.leader_id)),
         control_planes(&s.control_planes)
     )
+}
+
+pub fn moves(r: &pb::MoveResponse) -> String {
+    if r.moves.is_empty() {
+        return "nothing to move".into();
+    }
+    let mut t = Table::new(vec!["CONTROL PLANE", "FROM", "TO", "EPOCH"]);
+    for m in &r.moves {
+        t.row(vec![
+            m.control_plane.clone(),
+            m.from.clone(),
+            m.to.clone(),
+            m.epoch.to_string(),
+        ]);
+    }
+    if r.dry_run {
+        format!("plan (dry run, nothing changed):\n{}", t.render())
+    } else {
+        format!(
+            "moved (index {}); each new host starts once the old one released it or its lease ran out:\n{}",
+            r.index,
+            t.render()
+        )
+    }
 }
 
 pub fn history(events: &[pb::Event]) -> String {
