@@ -304,6 +304,7 @@ impl Member {
                 pool: pool.clone(),
                 tls: security.store().cloned(),
                 seen: seen.clone(),
+                contact: contact.clone(),
             },
             policy,
         ));

@@ -314,7 +314,10 @@ async fn operator_controls_behave_and_dry_runs_change_nothing() {
     let mut req = control_plane("v", Some("a"));
     req.host = String::new();
     add_control_plane(&ring.client(), req).await.unwrap();
-    let v = cps(&ring, &[0]).await.remove("v").unwrap();
+    let v = eventually(Duration::from_secs(5), "a applied v", || async {
+        cps(&ring, &[0]).await.remove("v")
+    })
+    .await;
     assert_eq!(v.host, "b", "c is cordoned and a is home: only b");
     // Drain b: cordoned first, then everything moves; with a as the only home-free
     // target for u, and v's home a, v cannot move anywhere: the plan says so.
@@ -424,4 +427,71 @@ async fn pause_detects_but_never_moves() {
         "resume -> p running elsewhere in {} ms",
         resumed.elapsed().as_millis()
     );
+}
+
+#[tokio::test]
+async fn without_a_quorum_nothing_moves_and_the_ring_recovers_when_one_returns() {
+    let mut ring = recording_ring();
+    ring.wait_leader(&[0, 1, 2], &[], FORM).await;
+    add_running(
+        &ring,
+        &[
+            ("qa", None, Some("a")),
+            ("qb", None, Some("b")),
+            ("qc", None, Some("c")),
+        ],
+    )
+    .await;
+    let before = cps(&ring, &[0]).await;
+    ring.procs[1].kill9();
+    ring.procs[2].kill9();
+    let lost_at = Instant::now();
+    // The survivor says why nothing happens, and fences what it ran when its lease runs out.
+    let s = eventually(Duration::from_secs(10), "a reports no quorum", || async {
+        let s = status(&ring.procs[0]).await.ok()?;
+        (!s.problem.is_empty()).then_some(s)
+    })
+    .await;
+    println!("status of the survivor: {}", s.problem);
+    assert!(s.problem.contains("majority"), "{}", s.problem);
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let during = cps(&ring, &[0]).await;
+    for (name, cp) in &before {
+        assert_eq!(
+            (during[name].host.as_str(), during[name].epoch),
+            (cp.host.as_str(), cp.epoch),
+            "{name} moved without a quorum"
+        );
+    }
+    let qa = served(ring.dir.path(), "qa");
+    let last = qa.last().unwrap().to_ns;
+    assert!(
+        unix_ns() - last > 1_000_000_000,
+        "a kept serving qa without a lease"
+    );
+
+    // b comes back: a quorum again. c's control plane moves; the others run again.
+    ring.procs[1].spawn();
+    let back = Instant::now();
+    eventually(
+        Duration::from_secs(20),
+        "everything runs again, off c",
+        || async {
+            let all = cps(&ring, &[0, 1]).await;
+            all.values()
+                .all(|c| c.phase == "running" && c.host != "c")
+                .then_some(())
+        },
+    )
+    .await;
+    println!(
+        "quorum back -> every control plane running again in {} ms ({} ms after the loss)",
+        back.elapsed().as_millis(),
+        lost_at.elapsed().as_millis()
+    );
+    let after = cps(&ring, &[0, 1]).await;
+    assert!(after["qc"].epoch > before["qc"].epoch);
+    for name in ["qa", "qb", "qc"] {
+        assert_no_overlap(name, &served(ring.dir.path(), name));
+    }
 }

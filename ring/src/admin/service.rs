@@ -55,6 +55,8 @@ pub struct Transport {
     pub tls: Option<Arc<TlsStore>>,
     /// Certificates the other members presented.
     pub seen: SeenCertificates,
+    /// When a leader last reached this member.
+    pub contact: crate::raft::service::LeaderContact,
 }
 
 /// The Admin service of one member.
@@ -347,6 +349,50 @@ impl AdminService {
             .is_ok()
     }
 
+    /// Why the ring cannot act, as this member sees it; empty when it can.
+    fn problem(&self, m: &RaftMetricsOf) -> String {
+        const CONSEQUENCE: &str = "Nothing moves until a quorum is back, and control planes stop where their leases run out";
+        let stale_ms = self.timing.election_timeout_max_ms * 2;
+        let membership = m.membership_config.membership();
+        let voters: Vec<NodeId> = membership.voter_ids().collect();
+        let majority = voters.len() / 2 + 1;
+        match m.current_leader {
+            None => format!(
+                "no leader: member {} cannot reach a majority of the {} voters. {CONSEQUENCE}",
+                self.me,
+                voters.len()
+            ),
+            Some(leader) if leader == self.me => {
+                use openraft::type_config::async_runtime::Instant as _;
+                let answering = 1 + voters
+                    .iter()
+                    .filter(|id| **id != self.me)
+                    .filter(|id| {
+                        m.heartbeat
+                            .as_ref()
+                            .and_then(|h| h.get(id).cloned().flatten())
+                            .is_some_and(|at| at.elapsed().as_millis() < u128::from(stale_ms))
+                    })
+                    .count();
+                if answering < majority {
+                    format!(
+                        "this leader hears from {answering} of {} voters, fewer than the {majority} a quorum needs. {CONSEQUENCE}",
+                        voters.len()
+                    )
+                } else {
+                    String::new()
+                }
+            }
+            Some(leader) => match self.transport.contact.since() {
+                Some(since) if since.as_millis() >= u128::from(stale_ms) => format!(
+                    "no contact with the leader ({leader}) for {} ms: a majority of the voters may be unreachable. {CONSEQUENCE}",
+                    since.as_millis()
+                ),
+                _ => String::new(),
+            },
+        }
+    }
+
     fn tls_status(&self) -> Option<pb::TlsStatus> {
         let status = self.transport.tls.as_ref()?.status();
         Some(pb::TlsStatus {
@@ -433,13 +479,7 @@ impl Admin for AdminService {
             control_planes,
             tls: self.tls_status(),
             dns_zone,
-            problem: match m.current_leader {
-                Some(_) => String::new(),
-                None => format!(
-                    "no leader: member {} cannot reach a majority of the voters. Nothing moves until a quorum is back, and control planes stop where their leases run out",
-                    self.me
-                ),
-            },
+            problem: self.problem(&m),
         }))
     }
 
