@@ -43,6 +43,7 @@ pub mod membership;
 pub mod node;
 pub mod raft;
 pub mod secret;
+pub mod sim;
 pub mod time;
 pub mod tls;
 

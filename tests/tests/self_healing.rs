@@ -220,7 +220,10 @@ async fn a_frozen_ringd_is_fenced_by_its_guard_and_does_not_serve_again() {
             .all(|s| s.to_ns < cont_ns),
         "the thawed member served z again: {stretches:?}"
     );
-    let old = stretches.iter().find(|s| s.member == victim_name).unwrap();
+    let old = stretches
+        .iter()
+        .find(|s| s.member == victim_name)
+        .expect("the frozen member served z before it froze");
     let new = stretches.iter().find(|s| s.member != victim_name).unwrap();
     println!(
         "z: old workload stopped by its guard {} ms after SIGSTOP; new host started {} ms after that",

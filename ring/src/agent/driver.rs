@@ -105,6 +105,11 @@ impl Workloads {
         }
     }
 
+    /// How long a workload may take to stop after its deadline.
+    pub fn fence_ms(&self) -> u64 {
+        self.fence_ms
+    }
+
     fn env(&self, cmd: &mut Command, target: &Target, action: &str) {
         cmd.env("GARDEN_RING_CONTROL_PLANE", &target.name)
             .env("GARDEN_RING_EPOCH", target.epoch.to_string())

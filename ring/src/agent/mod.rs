@@ -158,7 +158,20 @@ impl Agent {
 
 /// Runs the agent until `stopped` turns true. Workloads keep their deadlines: a member that
 /// shuts down stops serving when its lease runs out (its guards see to that).
+///
+/// It first waits `lease_ms + fence_ms`: a previous run of this member (killed, restarted) may
+/// have left guards running workloads under a lease this run knows nothing of; they are gone
+/// by then, so this run's first renewal can truthfully say what runs here.
 pub async fn run(mut agent: Agent, mut stopped: watch::Receiver<bool>) {
+    let wait = Duration::from_millis(agent.lease_ms + agent.workloads.fence_ms());
+    tracing::info!(
+        "waiting {} ms for leases a previous run may still hold before serving",
+        wait.as_millis()
+    );
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => {}
+        _ = async { let _ = stopped.wait_for(|s| *s).await; } => return,
+    }
     let mut tick = tokio::time::interval(agent.renew_interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
