@@ -236,6 +236,10 @@ pub struct DriverSettings {
     pub on_start: Vec<String>,
     /// `exec`: a command run after the workload stopped or was fenced (argv; optional).
     pub on_stop: Vec<String>,
+    /// `exec`: a health check run for each workload before every lease renewal (argv;
+    /// optional). Exit 0 means healthy; a control plane counts as serving (phase `running`)
+    /// only once it is. Without it, a running workload is healthy.
+    pub health: Vec<String>,
     /// Longest a hook may run; it is killed after that.
     pub hook_timeout_ms: u64,
     /// The guard binary (default: `ring-guard` next to `ringd`).
@@ -249,6 +253,7 @@ impl Default for DriverSettings {
             run: Vec::new(),
             on_start: Vec::new(),
             on_stop: Vec::new(),
+            health: Vec::new(),
             hook_timeout_ms: 10_000,
             guard: None,
         }

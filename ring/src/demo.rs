@@ -458,6 +458,7 @@ impl Demo {
                 backup: format!("file://{}/backups/{name}", self.dir.display()),
                 host: String::new(),
                 reason: "demo sample".into(),
+                prefer: Vec::new(),
             };
             match client
                 .call(req, |mut c, r| async move { c.control_plane_add(r).await })

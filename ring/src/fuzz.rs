@@ -136,6 +136,7 @@ pub fn fixture_ring() -> RingState {
                 .collect(),
             backup: "s3://backups/shoot--dev--cp-a/etcd-main".into(),
             host: None,
+            prefer: Vec::new(),
         }),
     ];
     for (index, command) in (1..).zip(steps) {
@@ -204,6 +205,7 @@ fn check_stored_values(state: &RingState) {
             dns_name: cp.dns_name.clone(),
             endpoints: cp.endpoints.clone(),
             backup: cp.backup.clone(),
+            prefer: Vec::new(),
             host: cp.host.clone(),
         };
         if let Err(e) = spec.validate() {

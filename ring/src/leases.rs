@@ -9,7 +9,7 @@
 //! Each renewal also counts as contact with the member (for health), tells which control
 //! planes it released (it holds no grant for one it is fencing, and lists it as not running:
 //! since a member renews one request at a time, nothing it does later can bring it back), and
-//! which it serves.
+//! which it serves (running and passing the driver's health check).
 //!
 //! [`RingState::grants`]: crate::core::RingState::grants
 
@@ -122,7 +122,7 @@ impl LeaseDesk {
                     released.push(key);
                 } else if cp.phase == Phase::Starting
                     && cp.host.as_deref() == Some(name.as_str())
-                    && request.running.get(&cp.name) == Some(&cp.epoch)
+                    && request.healthy.get(&cp.name) == Some(&cp.epoch)
                 {
                     serving.push(key);
                 }

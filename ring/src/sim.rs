@@ -332,6 +332,7 @@ impl<'a> World<'a> {
                     .collect(),
                 backup: format!("s3://backups/cp{i}"),
                 host: None,
+                prefer: Vec::new(),
             }));
         }
     }
@@ -565,6 +566,7 @@ impl<'a> World<'a> {
             } else if cp.phase == Phase::Starting
                 && cp.host.as_deref() == Some(name.as_str())
                 && running.get(&cp.name) == Some(&cp.epoch)
+            // every workload is healthy here
             {
                 self.obs.serving.insert(key);
             }

@@ -767,6 +767,7 @@ fn control_plane_spec() -> BoxedStrategy<ControlPlaneSpec> {
                 endpoints,
                 backup,
                 host,
+                prefer: Vec::new(),
             },
         )
         .boxed()

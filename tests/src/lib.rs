@@ -97,15 +97,21 @@ impl Default for RingOptions {
 
 /// An `exec` driver whose workload appends `<unix ns> <member> <epoch>` to
 /// `dir/serving-<control plane>.log` every 20 ms while it runs, so a test can tell who served
-/// what when.
+/// what when; its health check passes once the workload wrote a line at its epoch.
 pub fn recording_driver(dir: &Path) -> DriverSettings {
     let script = format!(
         "while true; do echo \"$(date +%s%N) $GARDEN_RING_MEMBER $GARDEN_RING_EPOCH\" >> {}/serving-$GARDEN_RING_CONTROL_PLANE.log; sleep 0.02; done",
         dir.display()
     );
+    // Healthy once this member wrote a line at this epoch.
+    let health = format!(
+        "grep -q \" $GARDEN_RING_MEMBER $GARDEN_RING_EPOCH$\" {}/serving-$GARDEN_RING_CONTROL_PLANE.log",
+        dir.display()
+    );
     DriverSettings {
         kind: garden_ring::config::DriverKind::Exec,
         run: vec!["sh".into(), "-c".into(), script],
+        health: vec!["sh".into(), "-c".into(), health],
         guard: Some(binary("ring-guard")),
         ..DriverSettings::default()
     }
@@ -606,6 +612,7 @@ pub fn control_plane(name: &str, home: Option<&str>) -> pb::ControlPlaneAddReque
         backup: format!("s3://backups/{name}"),
         host: String::new(),
         reason: "test".into(),
+        prefer: Vec::new(),
     }
 }
 

@@ -32,6 +32,7 @@ pub fn control_plane(cp: &ControlPlane) -> pb::ControlPlane {
         phase: cp.phase.to_string(),
         fencing: cp.fencing.iter().cloned().collect(),
         unplaced_reason: cp.unplaced_reason.clone(),
+        prefer: cp.prefer.clone(),
     }
 }
 

@@ -626,6 +626,7 @@ impl Admin for AdminService {
             endpoints: req.endpoints,
             backup: req.backup,
             host: non_empty(req.host),
+            prefer: req.prefer,
         };
         let name = spec.name.clone();
         let index = self

@@ -9,7 +9,7 @@
 //!
 //! Every command gets the control plane, the epoch and the action in its environment:
 //! `GARDEN_RING_CONTROL_PLANE`, `GARDEN_RING_EPOCH`, `GARDEN_RING_ACTION` (`start`, `run`,
-//! `stop`, `fence`), `GARDEN_RING_MEMBER`, `GARDEN_RING_ENDPOINT` (this member's endpoint for
+//! `health`, `stop`, `fence`), `GARDEN_RING_MEMBER`, `GARDEN_RING_ENDPOINT` (this member's endpoint for
 //! it) and `GARDEN_RING_DNS_NAME`.
 
 use std::collections::BTreeMap;
@@ -282,6 +282,28 @@ impl Workloads {
         {
             tracing::warn!("{e}");
         }
+    }
+
+    /// Of what runs, what passes the health check (everything, without one).
+    pub async fn healthy(&self) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for (name, instance) in &self.instances {
+            let ok = self.settings.health.is_empty()
+                || match self
+                    .hook("health", &self.settings.health, &instance.target)
+                    .await
+                {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::debug!("{e}");
+                        false
+                    }
+                };
+            if ok {
+                out.insert(name.clone(), instance.target.epoch);
+            }
+        }
+        out
     }
 
     /// What runs now (control plane -> epoch). Instances whose guard exited (fenced at the

@@ -91,10 +91,12 @@ impl Agent {
     /// One round: renew, then act on the grant.
     pub async fn round(&mut self) {
         let running = self.workloads.running().await;
+        let healthy = self.workloads.healthy().await;
         let sent_at_ms = monotonic_ms();
         let reply = self
             .renew(RenewRequest {
                 running: running.clone(),
+                healthy,
             })
             .await;
         let reply = match reply {

@@ -102,6 +102,10 @@ pub struct ControlPlaneSpec {
     pub backup: String,
     /// Member name to host it on; `None` lets placement choose when the command is applied.
     pub host: Option<String>,
+    /// Members the operator prefers as hosts, most preferred first: placement takes the first
+    /// eligible one before spreading by load.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prefer: Vec<String>,
 }
 
 impl ControlPlaneSpec {
@@ -112,6 +116,14 @@ impl ControlPlaneSpec {
             require("home member", home, check_label)?;
         }
         require("DNS name", &self.dns_name, check_dns_name)?;
+        if self.prefer.len() > MAX_MEMBERS {
+            return Err(CommandError::Limit(format!(
+                "at most {MAX_MEMBERS} preferred hosts"
+            )));
+        }
+        for member in &self.prefer {
+            require("preferred host", member, check_label)?;
+        }
         if self.endpoints.is_empty() {
             return Err(CommandError::invalid(
                 "endpoints",

@@ -3,9 +3,10 @@
 //! A host must be a registered member that is in the Raft configuration (not still joining),
 //! has an endpoint for the control plane, is not its home, is healthy (or not judged yet), is
 //! not cordoned, is not in the home's zone, is not in a zone being avoided (the zone of a lost
-//! host), and hosts fewer than the per-member capacity (0: no limit). Among those, the member
-//! hosting the fewest control planes wins; ties go to the lowest id, so every member computes
-//! the same answer. When nobody is eligible the answer says why, member by member.
+//! host), and hosts fewer than the per-member capacity (0: no limit). Among those, the
+//! operator's most preferred member wins (the control plane's `prefer` list), then the member
+//! hosting the fewest control planes; ties go to the lowest id, so every member computes the
+//! same answer. When nobody is eligible the answer says why, member by member.
 
 use std::collections::BTreeMap;
 
@@ -25,6 +26,8 @@ pub struct Request<'a> {
     pub exclude: Option<&'a str>,
     /// A zone to avoid (the zone of a lost host).
     pub avoid_zone: Option<&'a str>,
+    /// Preferred members, most preferred first.
+    pub prefer: &'a [String],
 }
 
 impl<'a> Request<'a> {
@@ -36,6 +39,7 @@ impl<'a> Request<'a> {
             endpoints: &spec.endpoints,
             exclude: None,
             avoid_zone: None,
+            prefer: &spec.prefer,
         }
     }
 
@@ -47,6 +51,7 @@ impl<'a> Request<'a> {
             endpoints: &cp.endpoints,
             exclude: cp.host.as_deref(),
             avoid_zone: None,
+            prefer: &cp.prefer,
         }
     }
 
@@ -69,7 +74,14 @@ pub fn choose_host(
         .and_then(|home| state.member_by_name(home))
         .map(|m| m.zone.as_str());
     let mut why_not: Vec<String> = Vec::new();
-    let mut best: Option<(usize, u64, &str)> = None;
+    let rank = |name: &str| {
+        request
+            .prefer
+            .iter()
+            .position(|p| p == name)
+            .unwrap_or(usize::MAX)
+    };
+    let mut best: Option<(usize, usize, u64, &str)> = None;
     for m in state.members.values() {
         // Members without an endpoint, and the current host, are not candidates at all: no
         // need to explain them.
@@ -94,8 +106,9 @@ pub fn choose_host(
             if capacity > 0 && hosted >= capacity {
                 Some(format!("at capacity ({hosted} of {capacity})"))
             } else {
-                if best.is_none_or(|(h, id, _)| (hosted, m.id) < (h, id)) {
-                    best = Some((hosted, m.id, &m.name));
+                let key = (rank(&m.name), hosted, m.id);
+                if best.is_none_or(|(r, h, id, _)| key < (r, h, id)) {
+                    best = Some((key.0, key.1, key.2, &m.name));
                 }
                 continue;
             }
@@ -105,7 +118,7 @@ pub fn choose_host(
         }
     }
     match best {
-        Some((_, _, name)) => Ok(name.to_string()),
+        Some((_, _, _, name)) => Ok(name.to_string()),
         None if why_not.is_empty() => Err(format!(
             "no other member has an endpoint for {}",
             request.name

@@ -191,6 +191,9 @@ pub struct ControlPlane {
     /// minimum interval (anti-flapping).
     #[serde(default)]
     pub moved_at_ms: u64,
+    /// Members preferred as hosts, most preferred first.
+    #[serde(default)]
+    pub prefer: Vec<String>,
 }
 
 /// Ring-wide settings.
@@ -726,7 +729,7 @@ impl RingState {
         {
             return Err(CommandError::UnknownMember(home.clone()));
         }
-        for member in spec.endpoints.keys() {
+        for member in spec.endpoints.keys().chain(&spec.prefer) {
             if self.member_by_name(member).is_none() {
                 return Err(CommandError::UnknownMember(member.clone()));
             }
@@ -757,6 +760,7 @@ impl RingState {
                 fencing: BTreeSet::new(),
                 unplaced_reason,
                 moved_at_ms: 0,
+                prefer: spec.prefer.clone(),
             },
         );
         Ok(detail)

@@ -100,6 +100,9 @@ pub type RaftMetricsOf = openraft::RaftMetrics<TypeConfig>;
 pub struct RenewRequest {
     /// What the member runs now: control plane -> epoch (starting or serving).
     pub running: std::collections::BTreeMap<String, u64>,
+    /// Of those, what passed its health check.
+    #[serde(default)]
+    pub healthy: std::collections::BTreeMap<String, u64>,
 }
 
 /// The leader's answer to a [`RenewRequest`].

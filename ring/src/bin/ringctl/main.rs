@@ -276,6 +276,10 @@ enum CpCmd {
         /// Member to host it (default: the leader chooses).
         #[arg(long)]
         host: Option<String>,
+        /// Members preferred as hosts, most preferred first (comma-separated or repeated):
+        /// placement takes the first eligible one before spreading by load.
+        #[arg(long, value_delimiter = ',')]
+        prefer: Vec<String>,
         /// Why (recorded in history).
         #[arg(long, default_value = "")]
         reason: String,
@@ -652,6 +656,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             backup,
             home,
             host,
+            prefer,
             reason,
         }) => {
             let mut map = BTreeMap::new();
@@ -675,6 +680,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 backup,
                 host: host.unwrap_or_default(),
                 reason,
+                prefer,
             };
             let r = rpc!(client, control_plane_add, req)?;
             print(out, &r, |r| match &r.control_plane {

@@ -79,6 +79,7 @@ impl Ring {
                 .collect(),
             backup: format!("s3://backups/{name}"),
             host: Some(host.into()),
+            prefer: Vec::new(),
         }))
         .unwrap();
     }
@@ -309,4 +310,28 @@ fn drain_spreads_with_capacity_and_refuses_what_cannot_move() {
         err.contains("cannot move r") && err.contains("at capacity"),
         "{err}"
     );
+}
+
+#[test]
+fn operator_preferences_come_first_within_the_rules() {
+    let mut ring = Ring::new();
+    ring.add("x", None, "a");
+    ring.add("y", Some("a"), "c");
+    for (name, prefer) in [("x", vec!["c", "b"]), ("y", vec!["d", "b"])] {
+        ring.state.control_planes.get_mut(name).unwrap().prefer =
+            prefer.into_iter().map(str::to_string).collect();
+    }
+    // Load b so that "least loaded" alone would not choose it.
+    ring.add("z", None, "b");
+    ring.lose(1);
+    ring.lose(3);
+    let mut obs = Observations {
+        unix_ms: 10_000_000,
+        ..Observations::default()
+    };
+    ring.run(&mut obs);
+    // x: c is preferred but lost; b is next.
+    assert_eq!(ring.cp("x").host.as_deref(), Some("b"));
+    // y: d is preferred but in the lost host c's zone; b is next.
+    assert_eq!(ring.cp("y").host.as_deref(), Some("b"));
 }

@@ -51,6 +51,7 @@ fn cp(name: &str, home: Option<&str>) -> ControlPlaneSpec {
             .collect(),
         backup: format!("s3://backups/{name}"),
         host: None,
+        prefer: Vec::new(),
     }
 }
 
