@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
-use garden_ring::core::{Command, ControlPlaneSpec, Health, MemberSpec, Proposal};
+use garden_ring::core::{Command, ControlPlaneSpec, Health, MemberSpec, MoveKind, Proposal};
 use garden_ring::fuzz::{self, TARGETS, Target};
 use proptest::collection::{btree_map, vec};
 use proptest::option;
@@ -799,6 +799,24 @@ fn command() -> BoxedStrategy<Command> {
         4 => control_plane_spec().prop_map(Command::AddControlPlane),
         1 => strings(&["cp-a", "cp-b", "nope", ""]).prop_map(|name| Command::RemoveControlPlane { name }),
         1 => any::<bool>().prop_map(|paused| Command::SetPaused { paused }),
+        3 => (
+            strings(&["cp-a", "nope", ""]),
+            option::of(member_name()),
+            0u64..5,
+            select(&[MoveKind::Placement, MoveKind::Failover, MoveKind::Switchover, MoveKind::Drain, MoveKind::Forced][..]),
+        )
+            .prop_map(|(name, to, epoch, kind)| Command::MoveControlPlane {
+                name,
+                to,
+                epoch,
+                kind,
+                note: String::new(),
+            }),
+        2 => (strings(&["cp-a", "nope"]), 0u64..5, member_name())
+            .prop_map(|(name, epoch, member)| Command::ReleaseFence { name, epoch, member }),
+        2 => (strings(&["cp-a", "nope"]), 0u64..5, member_name())
+            .prop_map(|(name, epoch, member)| Command::ReportServing { name, epoch, member }),
+        1 => (node_id(), any::<bool>()).prop_map(|(id, cordoned)| Command::Cordon { id, cordoned }),
     ]
     .boxed()
 }

@@ -734,6 +734,25 @@ impl RingState {
                 return Err(CommandError::UnknownMember(member.clone()));
             }
         }
+        if let Some(host) = &spec.host {
+            let member = self
+                .member_by_name(host)
+                .ok_or_else(|| CommandError::UnknownMember(host.clone()))?;
+            let unfit = if member.role == Role::Joining {
+                Some("is still joining the ring")
+            } else if member.health == Health::Lost {
+                Some("is lost")
+            } else if member.cordoned {
+                Some("is cordoned")
+            } else {
+                None
+            };
+            if let Some(why) = unfit {
+                return Err(CommandError::Refused(format!(
+                    "host {host} {why}; choose another host or let placement choose"
+                )));
+            }
+        }
         let choice = match &spec.host {
             Some(host) => Ok(host.clone()),
             None => placement::choose_host(self, &placement::Request::new(spec), 0),
