@@ -817,6 +817,8 @@ fn command() -> BoxedStrategy<Command> {
         2 => (strings(&["cp-a", "nope"]), 0u64..5, member_name())
             .prop_map(|(name, epoch, member)| Command::ReportServing { name, epoch, member }),
         1 => (node_id(), any::<bool>()).prop_map(|(id, cordoned)| Command::Cordon { id, cordoned }),
+        1 => (node_id(), vec((member_name(), member_name()), 0..20))
+            .prop_map(|(id, labels)| Command::SetLabels { id, labels: labels.into_iter().collect() }),
     ]
     .boxed()
 }

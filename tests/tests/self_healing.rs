@@ -373,6 +373,46 @@ async fn operator_controls_behave_and_dry_runs_change_nothing() {
         .clone();
     assert_eq!(b["cordoned"], true, "drain cordons: {b}");
 
+    // Labels: a control plane that prefers tier=gold goes to the gold member.
+    ringctl_ok(
+        &ring,
+        &[
+            "member",
+            "label",
+            "c",
+            "tier=gold",
+            "--reason",
+            "fast disks",
+        ],
+    );
+    let out = ring.ringctl(&[
+        "cp",
+        "add",
+        "w",
+        "--dns-name",
+        "w.ring.test",
+        "--endpoint-on",
+        "a=10.0.0.1:443",
+        "--endpoint-on",
+        "b=10.0.0.2:443",
+        "--endpoint-on",
+        "c=10.0.0.3:443",
+        "--backup",
+        "s3://backups/w",
+        "--prefer",
+        "tier=gold",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let w = eventually(Duration::from_secs(5), "a applied w", || async {
+        cps(&ring, &[0]).await.remove("w")
+    })
+    .await;
+    assert_eq!(w.host, "c", "w prefers tier=gold");
+
     // Failover (forced) of a control plane on a healthy host works too, and is recorded.
     ringctl_ok(&ring, &["failover", "t", "--to", "c", "--reason", "forced"]);
     eventually(Duration::from_secs(10), "t runs on c", || async {
@@ -394,6 +434,7 @@ async fn operator_controls_behave_and_dry_runs_change_nothing() {
         "control-plane.move",
         "member.cordon",
         "member.uncordon",
+        "member.labels",
         "control-plane.released",
         "ring.pause",
     ] {
@@ -402,7 +443,7 @@ async fn operator_controls_behave_and_dry_runs_change_nothing() {
             "{action} not in history: {actions:?}"
         );
     }
-    for name in ["s", "t", "u", "v"] {
+    for name in ["s", "t", "u", "v", "w"] {
         assert_no_overlap(name, &served(ring.dir.path(), name));
     }
 }

@@ -16,6 +16,7 @@ pub fn member(m: &Member) -> pb::Member {
         role: m.role.to_string(),
         health: m.health.to_string(),
         cordoned: m.cordoned,
+        labels: m.labels.clone(),
     }
 }
 

@@ -312,6 +312,7 @@ impl AdminService {
                 .to_string(),
                 health: Health::Unknown.to_string(),
                 cordoned: false,
+                labels: BTreeMap::new(),
             });
         }
         out.into_values().collect()
@@ -767,6 +768,28 @@ impl Admin for AdminService {
         Ok(self.member_response(target.id, index))
     }
 
+    async fn member_label(
+        &self,
+        request: Request<pb::MemberLabelRequest>,
+    ) -> Result<Response<pb::MemberResponse>, Status> {
+        let caller = caller(&request, Access::Write)?;
+        to_leader!(self, request, caller, "MemberLabel");
+        let req = request.into_inner();
+        let target = self.find_member(&req.member)?;
+        let index = self
+            .propose(
+                caller.actor,
+                req.reason,
+                Command::SetLabels {
+                    id: target.id,
+                    labels: req.labels,
+                },
+            )
+            .await?;
+        self.wait_applied(index).await;
+        Ok(self.member_response(target.id, index))
+    }
+
     async fn r#move(
         &self,
         request: Request<pb::MoveRequest>,
@@ -933,6 +956,7 @@ impl ForwardHandler for AdminService {
                 "LeaderTransfer" => run!(leader_transfer, pb::LeaderTransferRequest),
                 "SetPaused" => run!(set_paused, pb::SetPausedRequest),
                 "MemberCordon" => run!(member_cordon, pb::MemberCordonRequest),
+                "MemberLabel" => run!(member_label, pb::MemberLabelRequest),
                 "Move" => run!(r#move, pb::MoveRequest),
                 other => Err(Status::unimplemented(format!(
                     "method {other:?} cannot be forwarded"

@@ -102,8 +102,9 @@ pub struct ControlPlaneSpec {
     pub backup: String,
     /// Member name to host it on; `None` lets placement choose when the command is applied.
     pub host: Option<String>,
-    /// Members the operator prefers as hosts, most preferred first: placement takes the first
-    /// eligible one before spreading by load.
+    /// The operator's preferences, most preferred first: a member name, or `key=value` for
+    /// members with that label. Placement takes the first eligible match before spreading by
+    /// load.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prefer: Vec<String>,
 }
@@ -121,8 +122,8 @@ impl ControlPlaneSpec {
                 "at most {MAX_MEMBERS} preferred hosts"
             )));
         }
-        for member in &self.prefer {
-            require("preferred host", member, check_label)?;
+        for entry in &self.prefer {
+            require("preference", entry, check_preference)?;
         }
         if self.endpoints.is_empty() {
             return Err(CommandError::invalid(
@@ -233,6 +234,13 @@ pub enum Command {
         /// The host.
         member: String,
     },
+    /// Replaces a member's labels (placement preferences can name them).
+    SetLabels {
+        /// The member.
+        id: NodeId,
+        /// Label key -> value.
+        labels: BTreeMap<String, String>,
+    },
     /// Cordons or uncordons a member (a cordoned member gets no new control planes).
     Cordon {
         /// The member.
@@ -261,6 +269,7 @@ impl Command {
             Command::MoveControlPlane { .. } => "control-plane.move",
             Command::ReleaseFence { .. } => "control-plane.released",
             Command::ReportServing { .. } => "control-plane.serving",
+            Command::SetLabels { .. } => "member.labels",
             Command::Cordon { cordoned: true, .. } => "member.cordon",
             Command::Cordon {
                 cordoned: false, ..
@@ -295,7 +304,19 @@ impl Command {
             Command::PromoteMember { id }
             | Command::RemoveMember { id }
             | Command::SetHealth { id, .. }
-            | Command::Cordon { id, .. } => {
+            | Command::Cordon { id, .. }
+            | Command::SetLabels { id, .. } => {
+                if let Command::SetLabels { labels, .. } = self {
+                    if labels.len() > MAX_LABELS {
+                        return Err(CommandError::Limit(format!(
+                            "at most {MAX_LABELS} labels per member"
+                        )));
+                    }
+                    for (key, value) in labels {
+                        require("label key", key, check_label)?;
+                        require("label value", value, check_label)?;
+                    }
+                }
                 if *id == 0 {
                     return Err(CommandError::invalid(
                         "member id",
@@ -348,3 +369,17 @@ impl Command {
 }
 
 const _: () = assert!(MAX_TEXT_LEN < super::limits::MAX_PROPOSAL_BYTES);
+
+/// Most labels one member may carry.
+pub const MAX_LABELS: usize = 16;
+
+/// A placement preference: a member name, or `key=value` (both DNS-1123 labels).
+pub fn check_preference(entry: &str) -> Result<(), String> {
+    match entry.split_once('=') {
+        Some((key, value)) => {
+            check_label(key).map_err(|why| format!("label key {why}"))?;
+            check_label(value).map_err(|why| format!("label value {why}"))
+        }
+        None => check_label(entry),
+    }
+}

@@ -4,7 +4,8 @@
 //! has an endpoint for the control plane, is not its home, is healthy (or not judged yet), is
 //! not cordoned, is not in the home's zone, is not in a zone being avoided (the zone of a lost
 //! host), and hosts fewer than the per-member capacity (0: no limit). Among those, the
-//! operator's most preferred member wins (the control plane's `prefer` list), then the member
+//! operator's most preferred member wins (the control plane's `prefer` list: member names and
+//! `key=value` labels, most preferred first), then the member
 //! hosting the fewest control planes; ties go to the lowest id, so every member computes the
 //! same answer. When nobody is eligible the answer says why, member by member.
 
@@ -74,11 +75,14 @@ pub fn choose_host(
         .and_then(|home| state.member_by_name(home))
         .map(|m| m.zone.as_str());
     let mut why_not: Vec<String> = Vec::new();
-    let rank = |name: &str| {
+    let rank = |m: &super::state::Member| {
         request
             .prefer
             .iter()
-            .position(|p| p == name)
+            .position(|p| match p.split_once('=') {
+                Some((key, value)) => m.labels.get(key).is_some_and(|v| v == value),
+                None => *p == m.name,
+            })
             .unwrap_or(usize::MAX)
     };
     let mut best: Option<(usize, usize, u64, &str)> = None;
@@ -106,7 +110,7 @@ pub fn choose_host(
             if capacity > 0 && hosted >= capacity {
                 Some(format!("at capacity ({hosted} of {capacity})"))
             } else {
-                let key = (rank(&m.name), hosted, m.id);
+                let key = (rank(m), hosted, m.id);
                 if best.is_none_or(|(r, h, id, _)| key < (r, h, id)) {
                     best = Some((key.0, key.1, key.2, &m.name));
                 }

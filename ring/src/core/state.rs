@@ -145,6 +145,9 @@ pub struct Member {
     /// Cordoned by the operator: it gets no new control planes (it keeps the ones it has).
     #[serde(default)]
     pub cordoned: bool,
+    /// Labels the operator gave it (placement preferences can name them).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
 }
 
 impl Member {
@@ -305,6 +308,25 @@ impl RingState {
                 epoch,
                 member,
             } => self.report_serving(name, *epoch, member)?,
+            Command::SetLabels { id, labels } => {
+                let member = self
+                    .members
+                    .get_mut(id)
+                    .ok_or_else(|| CommandError::UnknownMember(id.to_string()))?;
+                member.labels = labels.clone();
+                if labels.is_empty() {
+                    "labels removed".into()
+                } else {
+                    format!(
+                        "labels {}",
+                        labels
+                            .iter()
+                            .map(|(k, v)| format!("{k}={v}"))
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    )
+                }
+            }
             Command::Cordon { id, cordoned } => match self.cordon(*id, *cordoned)? {
                 Some(detail) => detail,
                 None => return Ok(()),
@@ -729,7 +751,8 @@ impl RingState {
         {
             return Err(CommandError::UnknownMember(home.clone()));
         }
-        for member in spec.endpoints.keys().chain(&spec.prefer) {
+        let named = spec.prefer.iter().filter(|p| !p.contains('='));
+        for member in spec.endpoints.keys().chain(named) {
             if self.member_by_name(member).is_none() {
                 return Err(CommandError::UnknownMember(member.clone()));
             }
@@ -897,6 +920,7 @@ fn new_member(spec: &MemberSpec, role: Role, wants_voter: bool) -> Member {
         health: Health::Unknown,
         contacted: false,
         cordoned: false,
+        labels: BTreeMap::new(),
     }
 }
 
@@ -919,7 +943,7 @@ fn subject(state: &RingState, command: &Command) -> String {
         | Command::MoveControlPlane { name, .. }
         | Command::ReleaseFence { name, .. }
         | Command::ReportServing { name, .. } => name.clone(),
-        Command::Cordon { id, .. } => member_name(id),
+        Command::Cordon { id, .. } | Command::SetLabels { id, .. } => member_name(id),
     }
 }
 

@@ -227,6 +227,17 @@ enum MemberCmd {
         #[arg(long, default_value = "")]
         reason: String,
     },
+    /// Set a member's labels (replacing its old ones; none removes them). Control planes can
+    /// prefer labelled members: `cp add --prefer tier=gold`.
+    Label {
+        /// Member id or name.
+        member: String,
+        /// KEY=VALUE pairs.
+        labels: Vec<String>,
+        /// Why (recorded in history).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
     /// Cordon a member and move every control plane off it (planned, one after the other).
     Drain {
         /// Member id or name.
@@ -276,8 +287,9 @@ enum CpCmd {
         /// Member to host it (default: the leader chooses).
         #[arg(long)]
         host: Option<String>,
-        /// Members preferred as hosts, most preferred first (comma-separated or repeated):
-        /// placement takes the first eligible one before spreading by load.
+        /// Preferred hosts, most preferred first (comma-separated or repeated): member names, or
+        /// KEY=VALUE for members with that label. Placement takes the first eligible match
+        /// before spreading by load.
         #[arg(long, value_delimiter = ',')]
         prefer: Vec<String>,
         /// Why (recorded in history).
@@ -754,6 +766,31 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     },
                     r.index
                 )
+            });
+        }
+        Cmd::Member(MemberCmd::Label {
+            ref member,
+            ref labels,
+            ref reason,
+        }) => {
+            let mut map = BTreeMap::new();
+            for l in labels {
+                let (k, v) = l.split_once('=').ok_or_else(|| {
+                    Failure(format!("label {l:?} must be KEY=VALUE, like tier=gold"))
+                })?;
+                map.insert(k.to_string(), v.to_string());
+            }
+            let r = rpc!(
+                client,
+                member_label,
+                pb::MemberLabelRequest {
+                    member: member.clone(),
+                    labels: map,
+                    reason: reason.clone()
+                }
+            )?;
+            print(out, &r, |r| {
+                format!("member {member} labelled (index {})", r.index)
             });
         }
         Cmd::Member(MemberCmd::Drain {

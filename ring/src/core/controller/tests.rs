@@ -335,3 +335,35 @@ fn operator_preferences_come_first_within_the_rules() {
     // y: d is preferred but in the lost host c's zone; b is next.
     assert_eq!(ring.cp("y").host.as_deref(), Some("b"));
 }
+
+#[test]
+fn label_preferences_come_before_load() {
+    let mut ring = Ring::new();
+    ring.apply(Command::SetLabels {
+        id: 4,
+        labels: [("tier".to_string(), "gold".to_string())].into(),
+    })
+    .unwrap();
+    // d is labelled gold; x prefers gold members, so d wins although c has the same load and
+    // a lower id.
+    ring.add("x", None, "a");
+    ring.state.control_planes.get_mut("x").unwrap().prefer = vec!["tier=gold".into()];
+    ring.lose(1);
+    let mut obs = Observations {
+        unix_ms: 10_000_000,
+        ..Observations::default()
+    };
+    ring.run(&mut obs);
+    assert_eq!(ring.cp("x").host.as_deref(), Some("d"));
+    // Bad labels and preferences never reach the log.
+    assert!(
+        Command::SetLabels {
+            id: 4,
+            labels: [("Bad Key".to_string(), "x".to_string())].into(),
+        }
+        .validate()
+        .is_err()
+    );
+    assert!(crate::core::command::check_preference("tier=").is_err());
+    assert!(crate::core::command::check_preference("tier=gold").is_ok());
+}
