@@ -419,6 +419,21 @@ impl AdminService {
         })
     }
 
+    /// Proposes the command `make` builds for the member `reference` names, and answers with
+    /// the member as applied.
+    async fn member_command(
+        &self,
+        caller: Caller,
+        reason: String,
+        reference: &str,
+        make: impl FnOnce(NodeId) -> Command,
+    ) -> Result<Response<pb::MemberResponse>, Status> {
+        let target = self.find_member(reference)?;
+        let index = self.propose(caller.actor, reason, make(target.id)).await?;
+        self.wait_applied(index).await;
+        Ok(self.member_response(target.id, index))
+    }
+
     async fn wait_applied(&self, index: u64) {
         let mut rx = self.sm.watch_applied();
         let _ = tokio::time::timeout(COMMIT_TIMEOUT, rx.wait_for(|i| *i >= index)).await;
@@ -753,19 +768,11 @@ impl Admin for AdminService {
         let caller = caller(&request, Access::Write)?;
         to_leader!(self, request, caller, "MemberCordon");
         let req = request.into_inner();
-        let target = self.find_member(&req.member)?;
-        let index = self
-            .propose(
-                caller.actor,
-                req.reason,
-                Command::Cordon {
-                    id: target.id,
-                    cordoned: req.cordoned,
-                },
-            )
-            .await?;
-        self.wait_applied(index).await;
-        Ok(self.member_response(target.id, index))
+        self.member_command(caller, req.reason, &req.member, |id| Command::Cordon {
+            id,
+            cordoned: req.cordoned,
+        })
+        .await
     }
 
     async fn member_label(
@@ -775,19 +782,11 @@ impl Admin for AdminService {
         let caller = caller(&request, Access::Write)?;
         to_leader!(self, request, caller, "MemberLabel");
         let req = request.into_inner();
-        let target = self.find_member(&req.member)?;
-        let index = self
-            .propose(
-                caller.actor,
-                req.reason,
-                Command::SetLabels {
-                    id: target.id,
-                    labels: req.labels,
-                },
-            )
-            .await?;
-        self.wait_applied(index).await;
-        Ok(self.member_response(target.id, index))
+        self.member_command(caller, req.reason, &req.member, |id| Command::SetLabels {
+            id,
+            labels: req.labels,
+        })
+        .await
     }
 
     async fn r#move(

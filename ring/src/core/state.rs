@@ -309,10 +309,7 @@ impl RingState {
                 member,
             } => self.report_serving(name, *epoch, member)?,
             Command::SetLabels { id, labels } => {
-                let member = self
-                    .members
-                    .get_mut(id)
-                    .ok_or_else(|| CommandError::UnknownMember(id.to_string()))?;
+                let member = self.member_mut(*id)?;
                 member.labels = labels.clone();
                 if labels.is_empty() {
                     "labels removed".into()
@@ -463,10 +460,7 @@ impl RingState {
     }
 
     fn promote_member(&mut self, id: NodeId) -> Result<String, CommandError> {
-        let member = self
-            .members
-            .get_mut(&id)
-            .ok_or_else(|| CommandError::UnknownMember(id.to_string()))?;
+        let member = self.member_mut(id)?;
         if member.role == Role::Joining {
             return Err(CommandError::Refused(format!(
                 "member {} ({id}) has not joined as a learner yet; it can be promoted once it has",
@@ -507,11 +501,14 @@ impl RingState {
         Ok(format!("{name} ({id}) removed; id {id} retired for good"))
     }
 
-    fn set_health(&mut self, id: NodeId, health: Health) -> Result<Option<String>, CommandError> {
-        let member = self
-            .members
+    fn member_mut(&mut self, id: NodeId) -> Result<&mut Member, CommandError> {
+        self.members
             .get_mut(&id)
-            .ok_or_else(|| CommandError::UnknownMember(id.to_string()))?;
+            .ok_or_else(|| CommandError::UnknownMember(id.to_string()))
+    }
+
+    fn set_health(&mut self, id: NodeId, health: Health) -> Result<Option<String>, CommandError> {
+        let member = self.member_mut(id)?;
         if member.health == health {
             return Ok(None);
         }
@@ -701,10 +698,7 @@ impl RingState {
     }
 
     fn cordon(&mut self, id: NodeId, cordoned: bool) -> Result<Option<String>, CommandError> {
-        let member = self
-            .members
-            .get_mut(&id)
-            .ok_or_else(|| CommandError::UnknownMember(id.to_string()))?;
+        let member = self.member_mut(id)?;
         if member.cordoned == cordoned {
             return Ok(None);
         }
