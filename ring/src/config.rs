@@ -261,13 +261,25 @@ impl Default for DriverSettings {
 }
 
 /// DNS settings.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DnsSettings {
     /// The DNS zone the ring's names live in, e.g. `ring.example.com`: every control plane's
     /// DNS name must lie inside it. Read by the founders when the ring forms and recorded in
     /// the ring; a member's later value is not used. Unset: names are not constrained.
     pub zone: Option<String>,
+    /// TTL of the records the ring publishes, seconds. Low, so clients follow a failover
+    /// quickly (DESIGN.md: 5 s on one machine, 30 s across zones).
+    pub ttl_s: u32,
+}
+
+impl Default for DnsSettings {
+    fn default() -> Self {
+        Self {
+            zone: None,
+            ttl_s: 30,
+        }
+    }
 }
 
 /// Mutual TLS for both ports (see `ringctl certs`).
@@ -460,6 +472,7 @@ impl Config {
             crate::core::names::check_dns_name(zone)
                 .map_err(|why| invalid("dns.zone", format!("{zone:?} {why}")))?;
         }
+        crate::core::names::check_ttl(self.dns.ttl_s).map_err(|why| invalid("dns.ttl_s", why))?;
         match (&self.tls, self.insecure) {
             (None, false) => {
                 return Err(invalid(
@@ -738,6 +751,8 @@ clock_margin_ms = 200
             ),
             (format!("insecure = true\n{GOOD}"), "insecure"),
             (format!("{GOOD}\n[dns]\nzone = \"bad zone\"\n"), "dns.zone"),
+            (format!("{GOOD}\n[dns]\nttl_s = 0\n"), "dns.ttl_s"),
+            (format!("{GOOD}\n[dns]\nttl_s = 9999999\n"), "dns.ttl_s"),
             (
                 GOOD.replace("heartbeat_ms = 50", "heartbeat_ms = 9223372036854775807"),
                 "timing.heartbeat_ms",

@@ -303,6 +303,7 @@ impl Demo {
                 insecure: opts.insecure,
                 dns: DnsSettings {
                     zone: Some(DEMO_ZONE.into()),
+                    ttl_s: 5,
                 },
                 placement: PlacementSettings {
                     min_move_interval_ms: 10_000,

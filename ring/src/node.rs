@@ -294,20 +294,23 @@ impl Member {
             policy.clone(),
         ));
         let membership = MembershipChanger::new(raft.clone());
-        let admin = Arc::new(AdminService::new(
-            id,
-            raft.clone(),
-            membership.clone(),
-            state.clone(),
-            config.timing.clone(),
-            Transport {
-                pool: pool.clone(),
-                tls: security.store().cloned(),
-                seen: seen.clone(),
-                contact: contact.clone(),
-            },
-            policy,
-        ));
+        let admin = Arc::new(
+            AdminService::new(
+                id,
+                raft.clone(),
+                membership.clone(),
+                state.clone(),
+                config.timing.clone(),
+                Transport {
+                    pool: pool.clone(),
+                    tls: security.store().cloned(),
+                    seen: seen.clone(),
+                    contact: contact.clone(),
+                },
+                policy,
+            )
+            .with_dns_ttl_s(config.dns.ttl_s),
+        );
         let peer = PeerService::new(
             id,
             raft.clone(),

@@ -350,6 +350,7 @@ pub fn member_config(
         tls,
         dns: DnsSettings {
             zone: Some(TEST_ZONE.into()),
+            ttl_s: 5,
         },
         placement: PlacementSettings {
             min_move_interval_ms: 1_000,

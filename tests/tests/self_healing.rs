@@ -561,3 +561,67 @@ async fn without_a_quorum_nothing_moves_and_the_ring_recovers_when_one_returns()
         assert_no_overlap(name, &served(ring.dir.path(), name));
     }
 }
+
+#[tokio::test]
+async fn dns_records_follow_the_serving_host() {
+    let mut ring = recording_ring();
+    let leader = ring.wait_leader(&[0, 1, 2], &[], FORM).await;
+    let victim = (0..3).find(|&i| ring.procs[i].config.id != leader).unwrap();
+    let victim_name = ring.procs[victim].config.name.clone();
+    add_running(&ring, &[("d", None, Some(&victim_name))]).await;
+    let value = |records: &serde_json::Value, name: &str| {
+        records
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .map(|r| {
+                (
+                    r["type"].as_str().unwrap().to_string(),
+                    r["value"].as_str().unwrap().to_string(),
+                )
+            })
+    };
+    let records = ringctl_ok(&ring, &["dns", "list"]);
+    // The harness gives member a, b, c the endpoints 10.0.0.1, .2, .3.
+    let ip = |m: &str| format!("10.0.0.{}", (m.as_bytes()[0] - b'a' + 1));
+    assert_eq!(
+        value(&records, "d.ring.test"),
+        Some(("A".into(), ip(&victim_name)))
+    );
+    assert!(value(&records, &format!("{victim_name}.members.ring.test")).is_some());
+
+    ring.procs[victim].kill9();
+    let survivors: Vec<usize> = (0..3).filter(|&i| i != victim).collect();
+    let endpoints: Vec<String> = survivors.iter().map(|&i| ring.procs[i].admin()).collect();
+    let list = || {
+        let out = garden_ring_tests::ringctl(
+            &ring.client_config,
+            &endpoints,
+            &["dns", "list", "--output", "json"],
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    // While the control plane moves, its name never points at the lost host again once it
+    // changed, and ends at the new host.
+    let moved = eventually(
+        Duration::from_secs(15),
+        "d's record points at the new host",
+        || async {
+            let records = list();
+            match value(&records, "d.ring.test") {
+                Some((kind, v)) if kind == "A" && v != ip(&victim_name) => Some(v),
+                _ => None,
+            }
+        },
+    )
+    .await;
+    let cp = cps(&ring, &survivors).await.remove("d").unwrap();
+    assert_eq!(moved, ip(&cp.host));
+    let records = list();
+    assert_eq!(
+        value(&records, &format!("{victim_name}.members.ring.test")).map(|v| v.0),
+        Some("NONE".to_string()),
+        "a lost member's admin record is withdrawn"
+    );
+}

@@ -68,6 +68,7 @@ pub struct AdminService {
     timing: Timing,
     transport: Transport,
     policy: Policy,
+    dns_ttl_s: u32,
 }
 
 /// The Admin server with its interceptor (admits admin and viewer certificates only).
@@ -95,7 +96,14 @@ impl AdminService {
             timing,
             transport,
             policy,
+            dns_ttl_s: 30,
         }
+    }
+
+    /// Sets the TTL of the records the ring publishes.
+    pub fn with_dns_ttl_s(mut self, ttl_s: u32) -> Self {
+        self.dns_ttl_s = ttl_s;
+        self
     }
 
     /// The tonic server for this service, with the Admin message size limits and the
@@ -773,6 +781,39 @@ impl Admin for AdminService {
             cordoned: req.cordoned,
         })
         .await
+    }
+
+    async fn dns_list(
+        &self,
+        request: Request<pb::DnsListRequest>,
+    ) -> Result<Response<pb::DnsListResponse>, Status> {
+        caller(&request, Access::Read)?;
+        use crate::dns::update::RecordValue;
+        let (records, zone) = self.read(|a| {
+            (
+                crate::dns::records::desired_records(&a.state, self.dns_ttl_s),
+                a.state.settings.dns_zone.clone().unwrap_or_default(),
+            )
+        });
+        let records = records
+            .into_iter()
+            .map(|r| {
+                let (kind, value) = match r.value {
+                    RecordValue::A(v4) => ("A", v4.to_string()),
+                    RecordValue::Aaaa(v6) => ("AAAA", v6.to_string()),
+                    RecordValue::Cname(name) => ("CNAME", name),
+                    RecordValue::Delete => ("NONE", String::new()),
+                };
+                pb::DnsRecord {
+                    name: r.name,
+                    r#type: kind.into(),
+                    value,
+                    ttl_s: r.ttl_s,
+                    why: r.why,
+                }
+            })
+            .collect();
+        Ok(Response::new(pb::DnsListResponse { records, zone }))
     }
 
     async fn member_label(

@@ -1,10 +1,13 @@
 //! DNS: keeping the records that point clients at control planes up to date.
 //!
-//! Today this is only [`update`], a pure builder of RFC 2136 DNS UPDATE messages: given a zone
-//! and a batch of record changes it checks every name, TTL and value, then returns the message
-//! (or its wire bytes) that replaces the records in one atomic transaction on the zone's
-//! primary server. Nothing here opens a socket, reads a clock or draws a random number: the
-//! message id is an argument, so the same input always gives the same bytes.
+//! - [`records`]: the records the ring wants, a pure function of the applied state
+//!   (DESIGN.md rule 3: a control plane's name points at its host only while it serves).
+//! - [`update`]: a pure builder of RFC 2136 DNS UPDATE messages: given a zone and a batch of
+//!   record changes it checks every name, TTL and value, then returns the message (or its wire
+//!   bytes) that replaces the records in one atomic transaction on the zone's primary server.
+//!
+//! Nothing here opens a socket, reads a clock or draws a random number: the message id is an
+//! argument, so the same input always gives the same bytes.
 //!
 //! Not built yet: sending the message (UDP with TCP fallback) and reading the answer, TSIG
 //! signing (RFC 8945), and a builtin DNS server. The builder returns the unsigned
@@ -24,4 +27,5 @@
 //! The primary applies all updates of one message or none of them, so a batch never leaves a
 //! name half changed.
 
+pub mod records;
 pub mod update;

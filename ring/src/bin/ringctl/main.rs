@@ -88,6 +88,9 @@ enum Cmd {
     /// Raft leadership.
     #[command(subcommand)]
     Leader(LeaderCmd),
+    /// DNS records.
+    #[command(subcommand)]
+    Dns(DnsCmd),
     /// Planned move of a control plane to another member: its host stops it first (or its
     /// lease runs out), then the new host starts it at the next epoch. The host must be healthy.
     Switchover(MoveArgs),
@@ -319,6 +322,13 @@ struct MoveArgs {
     /// Why (recorded in history).
     #[arg(long, default_value = "")]
     reason: String,
+}
+
+#[derive(Debug, Subcommand)]
+enum DnsCmd {
+    /// The records the ring wants: each control plane's name -> its serving host, each healthy
+    /// member's admin endpoint; names with no record say why.
+    List,
 }
 
 #[derive(Debug, Subcommand)]
@@ -719,6 +729,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             print(out, &r, |r| {
                 format!("control plane {name} removed (index {})", r.index)
             });
+        }
+        Cmd::Dns(DnsCmd::List) => {
+            let r = rpc!(client, dns_list, pb::DnsListRequest {})?;
+            print(out, &r.records, |records| output::dns(records));
         }
         Cmd::History { limit } => {
             let r = rpc!(client, history, pb::HistoryRequest { limit })?;

@@ -195,6 +195,23 @@ pub fn moves(r: &pb::MoveResponse) -> String {
     }
 }
 
+pub fn dns(records: &[pb::DnsRecord]) -> String {
+    if records.is_empty() {
+        return "no records".into();
+    }
+    let mut t = Table::new(vec!["NAME", "TYPE", "VALUE", "TTL", "WHY"]);
+    for r in records {
+        t.row(vec![
+            r.name.clone(),
+            r.r#type.clone(),
+            r.value.clone(),
+            format!("{}s", r.ttl_s),
+            r.why.clone(),
+        ]);
+    }
+    t.render()
+}
+
 pub fn history(events: &[pb::Event]) -> String {
     if events.is_empty() {
         return "no events".into();
