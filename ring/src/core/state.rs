@@ -501,6 +501,12 @@ impl RingState {
         Ok(format!("{name} ({id}) removed; id {id} retired for good"))
     }
 
+    fn control_plane_mut(&mut self, name: &str) -> Result<&mut ControlPlane, CommandError> {
+        self.control_planes
+            .get_mut(name)
+            .ok_or_else(|| CommandError::UnknownControlPlane(name.to_string()))
+    }
+
     fn member_mut(&mut self, id: NodeId) -> Result<&mut Member, CommandError> {
         self.members
             .get_mut(&id)
@@ -650,10 +656,7 @@ impl RingState {
         epoch: u64,
         member: &str,
     ) -> Result<String, CommandError> {
-        let cp = self
-            .control_planes
-            .get_mut(name)
-            .ok_or_else(|| CommandError::UnknownControlPlane(name.to_string()))?;
+        let cp = self.control_plane_mut(name)?;
         if cp.epoch != epoch {
             return Err(CommandError::Refused(format!(
                 "control plane {name} is at epoch {}, not {epoch}",
@@ -681,10 +684,7 @@ impl RingState {
         epoch: u64,
         member: &str,
     ) -> Result<String, CommandError> {
-        let cp = self
-            .control_planes
-            .get_mut(name)
-            .ok_or_else(|| CommandError::UnknownControlPlane(name.to_string()))?;
+        let cp = self.control_plane_mut(name)?;
         if cp.epoch != epoch || cp.host.as_deref() != Some(member) || cp.phase != Phase::Starting {
             return Err(CommandError::Refused(format!(
                 "control plane {name} is {} at epoch {} on {}; {member} cannot report serving epoch {epoch}",
