@@ -16,7 +16,7 @@
 //! | [`secret`] | secrets from files or the environment, never printed | files |
 //! | [`admin`] | the Admin gRPC service and its client | network |
 //! | [`config`] | `ringd`'s TOML configuration | reads one file |
-//! | [`dns`] | RFC 2136 UPDATE messages for the control planes' records | none: pure |
+//! | [`dns`] | the records the ring wants; RFC 2136 UPDATE messages | none: pure |
 //! | [`membership`] | serialized, idempotent Raft configuration changes | raft |
 //! | [`duties`] | what the leader does on its own: registry, membership, health, the controller's decisions | raft |
 //! | [`leases`] | the leader's side of leases: renewals, observations | raft |
@@ -24,6 +24,7 @@
 //! | [`node`] | assembles one member: storage, Raft, servers, background loops | all of the above |
 //! | [`demo`] | `ringctl demo`: a local ring of child `ringd` processes | processes |
 //! | [`fuzz`] | entry points for the fuzz tests (`tests/fuzz.rs`) | none: pure |
+//! | [`sim`] | the deterministic simulation of leases, fencing and failover | none: simulated |
 //!
 //! See `ARCHITECTURE.md` at the repository root for the map.
 #![deny(missing_docs)]
