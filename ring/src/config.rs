@@ -260,17 +260,73 @@ impl Default for DriverSettings {
     }
 }
 
+/// Who publishes the ring's records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DnsProvider {
+    /// Every member serves the zone itself (UDP and TCP on `dns.listen`), from its applied
+    /// state; operators delegate the zone to the members with NS records.
+    #[default]
+    Builtin,
+    /// The leader sends TSIG-signed RFC 2136 updates to an external primary (BIND, Knot,
+    /// PowerDNS), set in `[dns.rfc2136]`.
+    Rfc2136,
+    /// Records are computed (`ringctl dns list`) but published nowhere.
+    Off,
+}
+
+impl DnsProvider {
+    /// The name used in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Builtin => "builtin",
+            Self::Rfc2136 => "rfc2136",
+            Self::Off => "off",
+        }
+    }
+}
+
+/// The external primary the `rfc2136` provider updates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rfc2136Settings {
+    /// The primary's address (`IP:port`), where updates are sent (over TCP).
+    pub server: SocketAddr,
+    /// The TSIG key (hmac-sha256) as `tsig-keygen` writes it. Relative paths are relative to
+    /// the config file's directory.
+    pub key_file: PathBuf,
+}
+
 /// DNS settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DnsSettings {
     /// The DNS zone the ring's names live in, e.g. `ring.example.com`: every control plane's
     /// DNS name must lie inside it. Read by the founders when the ring forms and recorded in
-    /// the ring; a member's later value is not used. Unset: names are not constrained.
+    /// the ring; a member's later value is not used. Unset: names are not constrained and
+    /// nothing is published.
     pub zone: Option<String>,
     /// TTL of the records the ring publishes, seconds. Low, so clients follow a failover
-    /// quickly (DESIGN.md: 5 s on one machine, 30 s across zones).
+    /// quickly (DESIGN.md: 5 s on one machine, 30 s across zones). Also the SOA minimum, so
+    /// "no such name" is not cached longer than a record.
     pub ttl_s: u32,
+    /// Who publishes the records: `builtin` (default), `rfc2136` or `off`.
+    pub provider: DnsProvider,
+    /// `builtin`: where this member serves the zone, UDP and TCP (e.g. `0.0.0.0:53`). Unset:
+    /// this member serves no DNS.
+    pub listen: Option<SocketAddr>,
+    /// The authoritative servers whose answers the leader checks after each change (status,
+    /// `ringctl dns list`). Default: this member's `listen` (builtin) or the rfc2136 server.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub verify_servers: Vec<SocketAddr>,
+    /// The external primary, for `provider = "rfc2136"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rfc2136: Option<Rfc2136Settings>,
+    /// How often the leader checks every record on every server and repairs what drifted
+    /// (e.g. a server restarted without its journal), in ms. Changes are sent at once.
+    pub reconcile_interval_ms: u64,
+    /// How long one DNS exchange (update or query) may take, in ms.
+    pub timeout_ms: u64,
 }
 
 impl Default for DnsSettings {
@@ -278,9 +334,80 @@ impl Default for DnsSettings {
         Self {
             zone: None,
             ttl_s: 30,
+            provider: DnsProvider::Builtin,
+            listen: None,
+            verify_servers: Vec::new(),
+            rfc2136: None,
+            reconcile_interval_ms: 60_000,
+            timeout_ms: 2_000,
         }
     }
 }
+
+impl DnsSettings {
+    /// The servers to check answers on.
+    pub fn servers_to_verify(&self) -> Vec<SocketAddr> {
+        if !self.verify_servers.is_empty() {
+            return self.verify_servers.clone();
+        }
+        match self.provider {
+            DnsProvider::Builtin => self.listen.into_iter().collect(),
+            DnsProvider::Rfc2136 => self.rfc2136.iter().map(|r| r.server).collect(),
+            DnsProvider::Off => Vec::new(),
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(zone) = &self.zone {
+            crate::core::names::check_dns_name(zone)
+                .map_err(|why| invalid("dns.zone", format!("{zone:?} {why}")))?;
+        }
+        crate::core::names::check_ttl(self.ttl_s).map_err(|why| invalid("dns.ttl_s", why))?;
+        if !(MIN_DNS_INTERVAL_MS..=MAX_TIMING_MS).contains(&self.reconcile_interval_ms) {
+            return Err(invalid(
+                "dns.reconcile_interval_ms",
+                format!("must be between {MIN_DNS_INTERVAL_MS} and {MAX_TIMING_MS}"),
+            ));
+        }
+        if !(MIN_DNS_INTERVAL_MS..=MAX_DNS_TIMEOUT_MS).contains(&self.timeout_ms) {
+            return Err(invalid(
+                "dns.timeout_ms",
+                format!("must be between {MIN_DNS_INTERVAL_MS} and {MAX_DNS_TIMEOUT_MS}"),
+            ));
+        }
+        if self.verify_servers.len() > MAX_DNS_SERVERS {
+            return Err(invalid(
+                "dns.verify_servers",
+                format!("at most {MAX_DNS_SERVERS} servers"),
+            ));
+        }
+        match (self.provider, &self.rfc2136) {
+            (DnsProvider::Rfc2136, None) => Err(invalid(
+                "dns.rfc2136",
+                "is required with provider = \"rfc2136\": set server and key_file",
+            )),
+            (DnsProvider::Rfc2136, Some(_)) if self.zone.is_none() => Err(invalid(
+                "dns.zone",
+                "is required with provider = \"rfc2136\" (the zone the updates change)",
+            )),
+            (DnsProvider::Builtin | DnsProvider::Off, Some(_)) => Err(invalid(
+                "dns.rfc2136",
+                format!(
+                    "is set but provider is \"{}\"; set provider = \"rfc2136\" or remove it",
+                    self.provider.as_str()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Shortest accepted `dns.reconcile_interval_ms` and `dns.timeout_ms`.
+pub const MIN_DNS_INTERVAL_MS: u64 = 100;
+/// Longest accepted `dns.timeout_ms`.
+pub const MAX_DNS_TIMEOUT_MS: u64 = 60_000;
+/// Most `dns.verify_servers`.
+pub const MAX_DNS_SERVERS: usize = 16;
 
 /// Mutual TLS for both ports (see `ringctl certs`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -371,6 +498,9 @@ impl Config {
         let mut config = Self::parse(path, &text)?;
         if let (Some(tls), Some(dir)) = (&mut config.tls, path.parent()) {
             tls.files = tls.files.relative_to(dir);
+        }
+        if let (Some(rfc2136), Some(dir)) = (&mut config.dns.rfc2136, path.parent()) {
+            rfc2136.key_file = dir.join(&rfc2136.key_file);
         }
         Ok(config)
     }
@@ -468,11 +598,7 @@ impl Config {
         if self.driver.hook_timeout_ms == 0 {
             return Err(invalid("driver.hook_timeout_ms", "must be at least 1"));
         }
-        if let Some(zone) = &self.dns.zone {
-            crate::core::names::check_dns_name(zone)
-                .map_err(|why| invalid("dns.zone", format!("{zone:?} {why}")))?;
-        }
-        crate::core::names::check_ttl(self.dns.ttl_s).map_err(|why| invalid("dns.ttl_s", why))?;
+        self.dns.validate()?;
         match (&self.tls, self.insecure) {
             (None, false) => {
                 return Err(invalid(
@@ -753,6 +879,27 @@ clock_margin_ms = 200
             (format!("{GOOD}\n[dns]\nzone = \"bad zone\"\n"), "dns.zone"),
             (format!("{GOOD}\n[dns]\nttl_s = 0\n"), "dns.ttl_s"),
             (format!("{GOOD}\n[dns]\nttl_s = 9999999\n"), "dns.ttl_s"),
+            (
+                format!("{GOOD}\n[dns]\nzone = \"r.test\"\nprovider = \"rfc2136\"\n"),
+                "dns.rfc2136",
+            ),
+            (
+                format!(
+                    "{GOOD}\n[dns]\nprovider = \"rfc2136\"\n[dns.rfc2136]\nserver = \"127.0.0.1:53\"\nkey_file = \"k\"\n"
+                ),
+                "dns.zone",
+            ),
+            (
+                format!(
+                    "{GOOD}\n[dns]\n[dns.rfc2136]\nserver = \"127.0.0.1:53\"\nkey_file = \"k\"\n"
+                ),
+                "dns.rfc2136",
+            ),
+            (format!("{GOOD}\n[dns]\ntimeout_ms = 0\n"), "dns.timeout_ms"),
+            (
+                format!("{GOOD}\n[dns]\nreconcile_interval_ms = 1\n"),
+                "dns.reconcile_interval_ms",
+            ),
             (
                 GOOD.replace("heartbeat_ms = 50", "heartbeat_ms = 9223372036854775807"),
                 "timing.heartbeat_ms",

@@ -7,8 +7,9 @@
 //! (`viewer-observer`); `DIR/ringctl.toml` is a client config for the admin certificate, so
 //! `RINGCTL_CONFIG=DIR/ringctl.toml ringctl status` talks to the demo ring over mutual TLS.
 //! Member `i` (from 0) is named `a`, `b`, ... in zone
-//! `zone-a`, `zone-b`, ..., with its Admin API on `base_port + 10*i` and its peer API on
-//! `base_port + 10*i + 1`. Starting a demo in a directory that already holds one resumes it from
+//! `zone-a`, `zone-b`, ..., with its Admin API on `base_port + 10*i`, its peer API on
+//! `base_port + 10*i + 1` and the ring's DNS zone (builtin provider, UDP and TCP) on
+//! `base_port + 10*i + 3`. Starting a demo in a directory that already holds one resumes it from
 //! its data.
 
 use std::collections::BTreeMap;
@@ -194,6 +195,13 @@ pub fn layout(members: usize, base_port: u16) -> Result<Vec<InitialMember>, Demo
         .collect())
 }
 
+/// Where the demo member with Admin address `admin` serves DNS: the Admin port + 3.
+pub fn dns_address(admin: &str) -> std::net::SocketAddr {
+    let mut address: std::net::SocketAddr = admin.parse().expect("demo addresses are valid");
+    address.set_port(address.port() + 3);
+    address
+}
+
 /// Pids recorded in `dir` whose processes are still alive.
 pub fn running_pids(dir: &Path) -> Vec<(String, i32)> {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -304,6 +312,12 @@ impl Demo {
                 dns: DnsSettings {
                     zone: Some(DEMO_ZONE.into()),
                     ttl_s: 5,
+                    listen: Some(dns_address(&m.admin_address)),
+                    verify_servers: founders
+                        .iter()
+                        .map(|f| dns_address(&f.admin_address))
+                        .collect(),
+                    ..DnsSettings::default()
                 },
                 placement: PlacementSettings {
                     min_move_interval_ms: 10_000,

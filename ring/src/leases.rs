@@ -127,9 +127,9 @@ impl LeaseDesk {
                     serving.push(key);
                 }
             }
-            Some((granted, released, serving))
+            Some((granted, released, serving, a.applied_index()))
         });
-        let Some((granted, released, serving)) = reading else {
+        let Some((granted, released, serving, applied_index)) = reading else {
             return Err(Status::failed_precondition(format!(
                 "member {from} is not registered"
             )));
@@ -142,6 +142,7 @@ impl LeaseDesk {
         Ok(RenewReply {
             granted,
             lease_ms: self.policy.lease_ms,
+            applied_index,
         })
     }
 }

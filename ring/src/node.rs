@@ -16,9 +16,10 @@ use crate::admin::AdminService;
 use crate::admin::service::Transport;
 use crate::agent::driver::Workloads;
 use crate::agent::{self, Agent};
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, DnsProvider};
 use crate::core::MemberSpec;
 use crate::core::controller::Policy;
+use crate::dns::keeper::{Keeper, KeeperSettings};
 use crate::duties;
 use crate::leases::LeaseDesk;
 use crate::membership::MembershipChanger;
@@ -49,6 +50,12 @@ pub enum StartError {
         /// Why, in words.
         why: String,
     },
+    /// The builtin DNS server cannot bind its address.
+    #[error(transparent)]
+    Dns(crate::dns::server::ServeError),
+    /// The rfc2136 provider's key is unusable.
+    #[error("dns.rfc2136: {0}")]
+    DnsKey(String),
     /// Raft could not be started.
     #[error("cannot start raft: {0}")]
     Raft(String),
@@ -202,6 +209,15 @@ impl Member {
         let db = storage::open(&config.data_dir, id)?;
         let peer_listener = bind("peer", config.listen_peer).await?;
         let admin_listener = bind("admin", config.listen_admin).await?;
+        let dns_sockets = match (config.dns.provider, config.dns.listen) {
+            (DnsProvider::Builtin, Some(listen)) => Some(
+                crate::dns::server::Sockets::bind(listen)
+                    .await
+                    .map_err(StartError::Dns)?,
+            ),
+            _ => None,
+        };
+        let dns_publisher = crate::dns::publisher(&config.dns).map_err(StartError::DnsKey)?;
 
         let log_store = LogStore::new(db.clone());
         let state = StateMachineStore::open(db)
@@ -294,6 +310,19 @@ impl Member {
             policy.clone(),
         ));
         let membership = MembershipChanger::new(raft.clone());
+        let keeper = Keeper::new(
+            id,
+            raft.clone(),
+            state.clone(),
+            KeeperSettings {
+                ttl_s: config.dns.ttl_s,
+                provider: config.dns.provider.as_str().into(),
+                servers: config.dns.servers_to_verify(),
+                reconcile_every: std::time::Duration::from_millis(config.dns.reconcile_interval_ms),
+                timeout: std::time::Duration::from_millis(config.dns.timeout_ms),
+            },
+            dns_publisher,
+        );
         let admin = Arc::new(
             AdminService::new(
                 id,
@@ -309,7 +338,7 @@ impl Member {
                 },
                 policy,
             )
-            .with_dns_ttl_s(config.dns.ttl_s),
+            .with_dns(config.dns.ttl_s, keeper.status()),
         );
         let peer = PeerService::new(
             id,
@@ -356,19 +385,27 @@ impl Member {
             ),
             stopped.clone(),
         )));
-        tasks.push(tokio::spawn(agent::run(
-            Agent::new(
-                id,
-                &config.name,
-                raft.clone(),
-                state.clone(),
-                network,
-                desk,
-                Workloads::new(&config.name, config.driver.clone(), config.timing.fence_ms),
-                config.timing.lease_ms,
-            ),
-            stopped,
+        let agent = Agent::new(
+            id,
+            &config.name,
+            raft.clone(),
+            state.clone(),
+            network,
+            desk,
+            Workloads::new(&config.name, config.driver.clone(), config.timing.fence_ms),
+            config.timing.lease_ms,
+        );
+        if let Some(sockets) = dns_sockets {
+            let (zone, feeder) =
+                crate::dns::server::feed(state.clone(), config.dns.ttl_s, stopped.clone());
+            tasks.push(feeder);
+            tasks.push(sockets.serve(zone, agent.own_lease(), stopped.clone()));
+        }
+        tasks.push(tokio::spawn(crate::dns::keeper::run(
+            keeper,
+            stopped.clone(),
         )));
+        tasks.push(tokio::spawn(agent::run(agent, stopped)));
         Ok(Self {
             id,
             raft,

@@ -8,8 +8,11 @@
 //! Waiting is always "until a condition holds, or a deadline passes" ([`eventually`]), never a
 //! fixed sleep.
 
+pub mod dig;
+
+use std::collections::BTreeMap;
 use std::future::Future;
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -81,6 +84,21 @@ pub struct RingOptions {
     pub insecure: bool,
     /// How members run control planes.
     pub driver: DriverSettings,
+    /// How members publish DNS.
+    pub dns: TestDns,
+}
+
+/// How a test ring publishes DNS.
+#[derive(Clone, Debug, Default)]
+pub enum TestDns {
+    /// Records are computed (zone [`TEST_ZONE`], TTL 5 s) but not served.
+    #[default]
+    Unserved,
+    /// Every member serves the zone on a port of its own (see [`Ring::dns_servers`]); the
+    /// leader checks all of them.
+    Builtin,
+    /// These settings (zone [`TEST_ZONE`] unless they set one).
+    Settings(DnsSettings),
 }
 
 impl Default for RingOptions {
@@ -91,6 +109,7 @@ impl Default for RingOptions {
             snapshot_keep: SnapshotSettings::default().keep_entries,
             insecure: false,
             driver: DriverSettings::default(),
+            dns: TestDns::Unserved,
         }
     }
 }
@@ -348,9 +367,16 @@ pub fn member_config(
     Config {
         id,
         tls,
-        dns: DnsSettings {
-            zone: Some(TEST_ZONE.into()),
-            ttl_s: 5,
+        dns: match &options.dns {
+            TestDns::Unserved | TestDns::Builtin => DnsSettings {
+                zone: Some(TEST_ZONE.into()),
+                ttl_s: 5,
+                ..DnsSettings::default()
+            },
+            TestDns::Settings(settings) => DnsSettings {
+                zone: settings.zone.clone().or(Some(TEST_ZONE.into())),
+                ..settings.clone()
+            },
         },
         placement: PlacementSettings {
             min_move_interval_ms: 1_000,
@@ -399,7 +425,7 @@ impl Ring {
             .prefix("ring-test-")
             .tempdir()
             .unwrap();
-        let ports = Ports::reserve(options.members * 2);
+        let ports = Ports::reserve(options.members * 3);
         let numbers = ports.numbers();
         let founders: Vec<InitialMember> = (0..options.members)
             .map(|i| {
@@ -436,7 +462,7 @@ impl Ring {
         let procs = (0..options.members)
             .map(|i| {
                 let id = i as u64 + 1;
-                let config = member_config(
+                let mut config = member_config(
                     dir.path(),
                     id,
                     numbers[2 * i],
@@ -444,6 +470,15 @@ impl Ring {
                     founders.clone(),
                     &options,
                 );
+                if let TestDns::Builtin = options.dns {
+                    let dns = |i: usize| -> SocketAddr {
+                        format!("127.0.0.1:{}", numbers[2 * options.members + i])
+                            .parse()
+                            .unwrap()
+                    };
+                    config.dns.listen = Some(dns(i));
+                    config.dns.verify_servers = (0..options.members).map(dns).collect();
+                }
                 Self::proc_for(dir.path(), config, &security)
             })
             .collect();
@@ -455,6 +490,14 @@ impl Ring {
             security,
             options,
         }
+    }
+
+    /// The members' DNS servers (with [`TestDns::Builtin`]), founders first.
+    pub fn dns_servers(&self) -> Vec<SocketAddr> {
+        self.procs
+            .iter()
+            .filter_map(|p| p.config.dns.listen)
+            .collect()
     }
 
     fn proc_for(dir: &Path, config: Config, security: &Security) -> Proc {
@@ -626,4 +669,56 @@ pub async fn add_control_plane(
         .call(req, |mut c, r| async move { c.control_plane_add(r).await })
         .await
         .map(|r| r.index)
+}
+
+/// The control planes as the first of `among` that answers sees them.
+pub async fn cps(ring: &Ring, among: &[usize]) -> BTreeMap<String, pb::ControlPlane> {
+    for &i in among {
+        if let Ok(s) = status(&ring.procs[i]).await {
+            return s
+                .control_planes
+                .into_iter()
+                .map(|c| (c.name.clone(), c))
+                .collect();
+        }
+    }
+    panic!("no member of {among:?} answers");
+}
+
+/// Adds `names` (with the given home and host) and waits until all run. First waits until the
+/// leader judged every member healthy: on a loaded machine a member slow to start can be judged
+/// lost, and its control planes would move before the test begins.
+pub async fn add_running(ring: &Ring, specs: &[(&str, Option<&str>, Option<&str>)]) {
+    eventually(
+        Duration::from_secs(20),
+        "every member is healthy",
+        || async {
+            for p in &ring.procs {
+                let s = status(p).await.ok()?;
+                if s.members.len() != ring.procs.len()
+                    || s.members.iter().any(|m| m.health != "healthy")
+                {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+    for (name, home, host) in specs {
+        let mut req = control_plane(name, *home);
+        req.host = host.unwrap_or_default().to_string();
+        add_control_plane(&ring.client(), req).await.unwrap();
+    }
+    eventually(
+        Duration::from_secs(10),
+        "every control plane runs",
+        || async {
+            let all = cps(ring, &[0, 1, 2]).await;
+            // Every one added, as seen by the member that answers (not vacuously true).
+            let added = specs.iter().all(|(name, ..)| all.contains_key(*name));
+            (added && all.values().all(|c| c.phase == "running")).then_some(())
+        },
+    )
+    .await;
 }

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use garden_ring::pb;
 use garden_ring_tests::{
-    Ring, RingOptions, add_control_plane, assert_no_overlap, control_plane, eventually,
-    recording_driver, served, status,
+    Ring, RingOptions, add_control_plane, add_running, assert_no_overlap, control_plane, cps,
+    eventually, recording_driver, served, status,
 };
 use nix::sys::signal::Signal;
 
@@ -32,57 +32,6 @@ fn recording_ring() -> Ring {
         p.spawn();
     }
     ring
-}
-
-async fn cps(ring: &Ring, among: &[usize]) -> BTreeMap<String, pb::ControlPlane> {
-    for &i in among {
-        if let Ok(s) = status(&ring.procs[i]).await {
-            return s
-                .control_planes
-                .into_iter()
-                .map(|c| (c.name.clone(), c))
-                .collect();
-        }
-    }
-    panic!("no member of {among:?} answers");
-}
-
-/// Adds `names` (with the given home and host) and waits until all run. First waits until the
-/// leader judged every member healthy: on a loaded machine a member slow to start can be judged
-/// lost, and its control planes would move before the test begins.
-async fn add_running(ring: &Ring, specs: &[(&str, Option<&str>, Option<&str>)]) {
-    eventually(
-        Duration::from_secs(20),
-        "every member is healthy",
-        || async {
-            for p in &ring.procs {
-                let s = status(p).await.ok()?;
-                if s.members.len() != ring.procs.len()
-                    || s.members.iter().any(|m| m.health != "healthy")
-                {
-                    return None;
-                }
-            }
-            Some(())
-        },
-    )
-    .await;
-    for (name, home, host) in specs {
-        let mut req = control_plane(name, *home);
-        req.host = host.unwrap_or_default().to_string();
-        add_control_plane(&ring.client(), req).await.unwrap();
-    }
-    eventually(
-        Duration::from_secs(10),
-        "every control plane runs",
-        || async {
-            let all = cps(ring, &[0, 1, 2]).await;
-            // Every one added, as seen by the member that answers (not vacuously true).
-            let added = specs.iter().all(|(name, ..)| all.contains_key(*name));
-            (added && all.values().all(|c| c.phase == "running")).then_some(())
-        },
-    )
-    .await;
 }
 
 /// Waits until every control plane in `moved` runs on another member than `from` at a higher
@@ -571,8 +520,8 @@ async fn dns_records_follow_the_serving_host() {
     let victim = (0..3).find(|&i| ring.procs[i].config.id != leader).unwrap();
     let victim_name = ring.procs[victim].config.name.clone();
     add_running(&ring, &[("d", None, Some(&victim_name))]).await;
-    let value = |records: &serde_json::Value, name: &str| {
-        records
+    let value = |list: &serde_json::Value, name: &str| {
+        list["records"]
             .as_array()
             .unwrap()
             .iter()

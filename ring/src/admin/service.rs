@@ -27,6 +27,7 @@ use crate::core::limits::MAX_PROPOSAL_BYTES;
 use crate::core::{
     Command, ControlPlaneSpec, Health, Member, MemberSpec, MoveKind, Proposal, Role,
 };
+use crate::dns::keeper::DnsStatus;
 use crate::membership::MembershipChanger;
 use crate::pb;
 use crate::pb::admin_server::Admin;
@@ -69,6 +70,7 @@ pub struct AdminService {
     transport: Transport,
     policy: Policy,
     dns_ttl_s: u32,
+    dns: DnsStatus,
 }
 
 /// The Admin server with its interceptor (admits admin and viewer certificates only).
@@ -97,12 +99,14 @@ impl AdminService {
             transport,
             policy,
             dns_ttl_s: 30,
+            dns: DnsStatus::default(),
         }
     }
 
-    /// Sets the TTL of the records the ring publishes.
-    pub fn with_dns_ttl_s(mut self, ttl_s: u32) -> Self {
+    /// Sets the TTL of the records the ring publishes, and where the DNS keeper reports.
+    pub fn with_dns(mut self, ttl_s: u32, status: DnsStatus) -> Self {
         self.dns_ttl_s = ttl_s;
+        self.dns = status;
         self
     }
 
@@ -787,24 +791,59 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::DnsListRequest>,
     ) -> Result<Response<pb::DnsListResponse>, Status> {
-        caller(&request, Access::Read)?;
-        use crate::dns::update::RecordValue;
-        let (records, zone) = self.read(|a| {
+        let caller = caller(&request, Access::Read)?;
+        // Only the leader checks the servers: ask it. Without a leader, say what this member
+        // would publish, and that nobody checked.
+        let mut local_problem = None;
+        match self.forward(&request, &caller, "DnsList").await {
+            Ok(Some(response)) => return Ok(response),
+            Ok(None) => {}
+            Err(status) => local_problem = Some(status.message().to_string()),
+        }
+        let view = self.dns.view();
+        let (records, zone, me) = self.read(|a| {
             (
                 crate::dns::records::desired_records(&a.state, self.dns_ttl_s),
                 a.state.settings.dns_zone.clone().unwrap_or_default(),
+                a.state
+                    .members
+                    .get(&self.me)
+                    .map(|m| m.name.clone())
+                    .unwrap_or_else(|| self.me.to_string()),
             )
         });
+        let from_leader = local_problem.is_none() && view.leading;
+        let mut problems = view.problems.clone();
+        if let Some(p) = local_problem {
+            problems.insert(
+                0,
+                format!("answered by member {me}, which cannot reach a leader ({p}): server answers unknown"),
+            );
+        }
         let records = records
             .into_iter()
             .map(|r| {
-                let (kind, value) = match r.value {
-                    RecordValue::A(v4) => ("A", v4.to_string()),
-                    RecordValue::Aaaa(v6) => ("AAAA", v6.to_string()),
-                    RecordValue::Cname(name) => ("CNAME", name),
-                    RecordValue::Delete => ("NONE", String::new()),
-                };
+                let (kind, value) = record_type_value(&r.value);
+                let known = view
+                    .records
+                    .get(&r.name)
+                    .filter(|s| from_leader && s.desired.value == r.value);
                 pb::DnsRecord {
+                    answers: known
+                        .map(|s| {
+                            s.answers
+                                .iter()
+                                .map(|(server, seen)| pb::DnsAnswer {
+                                    server: server.to_string(),
+                                    answer: seen.to_string(),
+                                    ok: seen.matches(&r.value),
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    visible: known.is_some_and(|s| s.visible_after_ms.is_some()),
+                    since_unix_ms: known.map(|s| s.since_unix_ms).unwrap_or_default(),
+                    visible_after_ms: known.and_then(|s| s.visible_after_ms).unwrap_or_default(),
                     name: r.name,
                     r#type: kind.into(),
                     value,
@@ -813,7 +852,24 @@ impl Admin for AdminService {
                 }
             })
             .collect();
-        Ok(Response::new(pb::DnsListResponse { records, zone }))
+        let (last_change, last_change_ms) = match &view.last_change {
+            Some(p) if from_leader => (
+                format!("{} -> {}", p.name, crate::dns::query::value_text(&p.value)),
+                p.propagation_ms,
+            ),
+            _ => (String::new(), 0),
+        };
+        Ok(Response::new(pb::DnsListResponse {
+            records,
+            zone,
+            provider: view.provider.clone(),
+            servers: view.servers.iter().map(|s| s.to_string()).collect(),
+            problems,
+            last_change,
+            last_change_ms,
+            answered_by: me,
+            from_leader,
+        }))
     }
 
     async fn member_label(
@@ -998,10 +1054,22 @@ impl ForwardHandler for AdminService {
                 "MemberCordon" => run!(member_cordon, pb::MemberCordonRequest),
                 "MemberLabel" => run!(member_label, pb::MemberLabelRequest),
                 "Move" => run!(r#move, pb::MoveRequest),
+                "DnsList" => run!(dns_list, pb::DnsListRequest),
                 other => Err(Status::unimplemented(format!(
                     "method {other:?} cannot be forwarded"
                 ))),
             }
         })
+    }
+}
+
+/// A record value as the Admin API shows it: its type and value.
+fn record_type_value(value: &crate::dns::update::RecordValue) -> (&'static str, String) {
+    use crate::dns::update::RecordValue;
+    match value {
+        RecordValue::A(v4) => ("A", v4.to_string()),
+        RecordValue::Aaaa(v6) => ("AAAA", v6.to_string()),
+        RecordValue::Cname(name) => ("CNAME", name.clone()),
+        RecordValue::Delete => ("NONE", String::new()),
     }
 }

@@ -8,6 +8,7 @@
 pub mod driver;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use openraft::type_config::async_runtime::watch::WatchReceiver;
@@ -21,6 +22,40 @@ use crate::raft::{NodeId, RaftNode, StateMachineStore};
 use crate::time::monotonic_ms;
 use driver::{Target, Workloads};
 
+/// What a member knows of its own lease, for those who must not act on stale state after it
+/// runs out (the builtin DNS server): the deadline of the last grant, and the leader's applied
+/// index when it gave it.
+#[derive(Debug, Default)]
+pub struct OwnLease {
+    deadline_ms: AtomicU64,
+    applied_index: AtomicU64,
+}
+
+impl OwnLease {
+    /// Records a grant that runs until `deadline_ms` (monotonic clock), read by the leader at
+    /// `applied_index`.
+    pub fn record(&self, deadline_ms: u64, applied_index: u64) {
+        // The index first: a reader that sees the new deadline sees at least this index.
+        self.applied_index
+            .fetch_max(applied_index, Ordering::SeqCst);
+        self.deadline_ms.fetch_max(deadline_ms, Ordering::SeqCst);
+    }
+
+    /// Whether state applied up to `applied_index` may be vouched for at `now_ms` (monotonic):
+    /// the lease is current and the state is at least as fresh as the last grant.
+    pub fn vouches(&self, now_ms: u64, applied_index: u64) -> bool {
+        now_ms < self.deadline_ms.load(Ordering::SeqCst)
+            && applied_index >= self.applied_index.load(Ordering::SeqCst)
+    }
+
+    /// Milliseconds of lease left at `now_ms` (0 when it ran out).
+    pub fn remaining_ms(&self, now_ms: u64) -> u64 {
+        self.deadline_ms
+            .load(Ordering::SeqCst)
+            .saturating_sub(now_ms)
+    }
+}
+
 /// One member's agent.
 pub struct Agent {
     me: NodeId,
@@ -33,6 +68,7 @@ pub struct Agent {
     memory: Memory,
     lease_ms: u64,
     last_error: Option<String>,
+    own: Arc<OwnLease>,
 }
 
 impl Agent {
@@ -59,7 +95,13 @@ impl Agent {
             memory: Memory::default(),
             lease_ms,
             last_error: None,
+            own: Arc::default(),
         }
+    }
+
+    /// This member's own lease, as the agent last renewed it.
+    pub fn own_lease(&self) -> Arc<OwnLease> {
+        self.own.clone()
     }
 
     /// How often the lease is renewed: four times per lease.
@@ -125,6 +167,7 @@ impl Agent {
             // The answer came too late to be of use.
             return;
         }
+        self.own.record(grant.deadline_ms(), reply.applied_index);
         for action in reconcile(&mut self.memory, &grant, &running) {
             match action {
                 Action::Stop { name, epoch } => self.workloads.stop(&name, epoch).await,

@@ -27,5 +27,19 @@
 //! The primary applies all updates of one message or none of them, so a batch never leaves a
 //! name half changed.
 
+pub mod keeper;
+pub mod query;
 pub mod records;
+pub mod server;
 pub mod update;
+pub mod zone;
+
+/// The publisher for `settings`' provider: `None` for providers nobody pushes to.
+pub fn publisher(
+    settings: &crate::config::DnsSettings,
+) -> Result<Option<Box<dyn keeper::Publisher>>, String> {
+    match settings.provider {
+        crate::config::DnsProvider::Builtin | crate::config::DnsProvider::Off => Ok(None),
+        crate::config::DnsProvider::Rfc2136 => Err("the rfc2136 provider is not built yet".into()),
+    }
+}

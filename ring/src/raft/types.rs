@@ -112,4 +112,8 @@ pub struct RenewReply {
     pub granted: std::collections::BTreeMap<String, u64>,
     /// The lease length, counted from before the request was sent.
     pub lease_ms: u64,
+    /// The leader's applied index when it read the grant (after a ReadIndex): the member's
+    /// own state is as fresh as the grant once it has applied this far.
+    #[serde(default)]
+    pub applied_index: u64,
 }

@@ -565,7 +565,17 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Cmd::Status => {
             let s = rpc!(client, status, pb::StatusRequest {})?;
-            print(out, &s, output::status);
+            // The DNS summary comes from the leader; a ring without one still has a status.
+            let dns = rpc!(client, dns_list, pb::DnsListRequest {}).ok();
+            match out {
+                Output::Json => print(out, &s, output::status),
+                Output::Table => println!(
+                    "{}{}",
+                    output::status(&s),
+                    dns.map(|d| format!("\n\n{}", output::dns_summary(&d)))
+                        .unwrap_or_default()
+                ),
+            }
         }
         Cmd::Member(MemberCmd::List) => {
             let status = rpc!(client, status, pb::StatusRequest {})?;
@@ -732,7 +742,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Cmd::Dns(DnsCmd::List) => {
             let r = rpc!(client, dns_list, pb::DnsListRequest {})?;
-            print(out, &r.records, |records| output::dns(records));
+            print(out, &r, output::dns);
         }
         Cmd::History { limit } => {
             let r = rpc!(client, history, pb::HistoryRequest { limit })?;

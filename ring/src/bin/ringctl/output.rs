@@ -195,21 +195,83 @@ pub fn moves(r: &pb::MoveResponse) -> String {
     }
 }
 
-pub fn dns(records: &[pb::DnsRecord]) -> String {
-    if records.is_empty() {
-        return "no records".into();
+pub fn dns(r: &pb::DnsListResponse) -> String {
+    let mut out = dns_summary(r);
+    if r.records.is_empty() {
+        out.push_str("\n\nno records");
+        return out;
     }
-    let mut t = Table::new(vec!["NAME", "TYPE", "VALUE", "TTL", "WHY"]);
-    for r in records {
+    let mut t = Table::new(vec!["NAME", "TYPE", "VALUE", "TTL", "SERVERS", "WHY"]);
+    for record in &r.records {
         t.row(vec![
-            r.name.clone(),
-            r.r#type.clone(),
-            r.value.clone(),
-            format!("{}s", r.ttl_s),
-            r.why.clone(),
+            record.name.clone(),
+            record.r#type.clone(),
+            or_dash(&record.value),
+            format!("{}s", record.ttl_s),
+            dns_servers(r, record),
+            record.why.clone(),
         ]);
     }
-    t.render()
+    out.push_str("\n\n");
+    out.push_str(&t.render());
+    out
+}
+
+/// What the servers answer for one record: "visible (312 ms)", or each server's answer.
+fn dns_servers(r: &pb::DnsListResponse, record: &pb::DnsRecord) -> String {
+    if !r.from_leader || r.servers.is_empty() {
+        return "-".into();
+    }
+    if record.visible {
+        return format!("visible on all ({} ms)", record.visible_after_ms);
+    }
+    let answers: Vec<String> = r
+        .servers
+        .iter()
+        .map(
+            |server| match record.answers.iter().find(|a| &a.server == server) {
+                Some(a) if a.ok => format!("{server}: ok"),
+                Some(a) => format!("{server}: PENDING ({})", a.answer),
+                None => format!("{server}: PENDING (not asked yet)"),
+            },
+        )
+        .collect();
+    answers.join("; ")
+}
+
+/// One paragraph on DNS: provider, servers, counts, the last change, problems.
+pub fn dns_summary(r: &pb::DnsListResponse) -> String {
+    let pending = r.records.iter().filter(|x| !x.visible).count();
+    let mut out = format!(
+        "dns: zone {}   provider {}   servers {}   answered by {}{}",
+        or_dash(&r.zone),
+        or_dash(&r.provider),
+        if r.servers.is_empty() {
+            "-".into()
+        } else {
+            r.servers.join(", ")
+        },
+        r.answered_by,
+        if r.from_leader { " (leader)" } else { "" }
+    );
+    if r.from_leader && !r.servers.is_empty() {
+        out.push_str(&format!(
+            "\nrecords: {}, {} visible on every server, {} pending",
+            r.records.len(),
+            r.records.len() - pending,
+            pending
+        ));
+    }
+    if !r.last_change.is_empty() {
+        out.push_str(&format!(
+            "\nlast change: {} visible everywhere {} ms after commit",
+            r.last_change, r.last_change_ms
+        ));
+    }
+    for p in &r.problems {
+        out.push_str(&format!("\nDNS PROBLEM: {p}"));
+    }
+    out
 }
 
 pub fn history(events: &[pb::Event]) -> String {
