@@ -8,6 +8,8 @@
 //! Waiting is always "until a condition holds, or a deadline passes" ([`eventually`]), never a
 //! fixed sleep.
 
+pub mod bind;
+
 use std::future::Future;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
