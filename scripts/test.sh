@@ -34,6 +34,10 @@ ensure_tools() {
     if ! command -v cargo >/dev/null 2>&1; then
         command -v curl >/dev/null 2>&1 || packages+=(curl ca-certificates)
     fi
+    # A real BIND 9 for the RFC 2136 tests (tests/src/bind.rs); named lives in /usr/sbin.
+    command -v named >/dev/null 2>&1 || [ -x /usr/sbin/named ] || packages+=(bind9)
+    command -v tsig-keygen >/dev/null 2>&1 || [ -x /usr/sbin/tsig-keygen ] || packages+=(bind9-utils)
+    command -v dig >/dev/null 2>&1 || packages+=(bind9-dnsutils)
     if [ "${#packages[@]}" -gt 0 ]; then
         banner "installing packages: ${packages[*]}"
         apt_install "${packages[@]}"

@@ -8,6 +8,7 @@
 //! Waiting is always "until a condition holds, or a deadline passes" ([`eventually`]), never a
 //! fixed sleep.
 
+pub mod bind;
 pub mod dig;
 
 use std::collections::BTreeMap;

@@ -5,6 +5,7 @@
 //! - [`update`]: a pure builder of RFC 2136 DNS UPDATE messages: given a zone and a batch of
 //!   record changes it checks every name, TTL and value, then returns the message (or its wire
 //!   bytes) that replaces the records in one atomic transaction on the zone's primary server.
+//! - [`rfc2136`]: sends an update over TCP, signed with a [`tsig_key::TsigKey`]; checks the reply.
 //!
 //! Nothing here opens a socket, reads a clock or draws a random number: the message id is an
 //! argument, so the same input always gives the same bytes.
@@ -30,7 +31,9 @@
 pub mod keeper;
 pub mod query;
 pub mod records;
+pub mod rfc2136;
 pub mod server;
+pub mod tsig_key;
 pub mod update;
 pub mod zone;
 
