@@ -75,6 +75,8 @@ pub struct DemoMember {
     pub admin_endpoint: String,
     /// Peer API endpoint.
     pub peer_endpoint: String,
+    /// Where it serves the ring's DNS zone (UDP and TCP).
+    pub dns_endpoint: String,
     /// Process id of its `ringd`.
     pub pid: u32,
     /// Its data directory.
@@ -360,6 +362,7 @@ impl Demo {
                 id: m.id,
                 name: m.name.clone(),
                 zone: m.zone.clone(),
+                dns_endpoint: dns_address(&m.admin_address).to_string(),
                 admin_endpoint: m.admin_address.clone(),
                 peer_endpoint: m.address.clone(),
                 pid,

@@ -188,6 +188,7 @@ impl Member {
     /// Starts a member from a validated configuration.
     pub async fn start(config: Config) -> Result<Self, StartError> {
         config.validate()?;
+        let dns_publisher = crate::dns::publisher(&config.dns).map_err(StartError::DnsKey)?;
         let id = config.id;
         let security = match &config.tls {
             Some(tls) => {
@@ -217,7 +218,6 @@ impl Member {
             ),
             _ => None,
         };
-        let dns_publisher = crate::dns::publisher(&config.dns).map_err(StartError::DnsKey)?;
 
         let log_store = LogStore::new(db.clone());
         let state = StateMachineStore::open(db)

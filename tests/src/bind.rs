@@ -144,14 +144,8 @@ zone "{zone}" {{
             dir = dir.display(),
         );
         std::fs::write(dir.join("named.conf"), conf).expect("write named.conf");
-        // SOA: serial 1, refresh/retry/expire irrelevant on a primary, negative TTL 5 s.
-        let zone_file = format!(
-            "$TTL 60\n\
-             @ IN SOA ns.{zone}. hostmaster.{zone}. ( 1 60 60 3600 5 )\n\
-             @ IN NS ns.{zone}.\n\
-             ns IN A 127.0.0.1\n"
-        );
-        std::fs::write(dir.join(format!("db.{zone}")), zone_file).expect("write the zone file");
+        std::fs::write(dir.join(format!("db.{zone}")), zone_file(zone))
+            .expect("write the zone file");
         let check = Command::new(tool("named-checkconf"))
             .arg(dir.join("named.conf"))
             .output()
@@ -295,6 +289,25 @@ zone "{zone}" {{
         self.launch();
     }
 
+    /// Stops `named`, throws its journal away and starts it again from the zone file as
+    /// [`start`](Self::start) wrote it: a server that lost every update (a restore, a rebuilt
+    /// machine).
+    pub fn restart_without_journal(&mut self) {
+        self.stop();
+        let journal = self.dir.join(format!("db.{}.jnl", self.zone));
+        match std::fs::remove_file(&journal) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => panic!("cannot remove {}: {e}", journal.display()),
+        }
+        std::fs::write(
+            self.dir.join(format!("db.{}", self.zone)),
+            zone_file(&self.zone),
+        )
+        .expect("write the zone file");
+        self.launch();
+    }
+
     /// `dig +short @127.0.0.1 -p PORT name type`, one answer per line; panics if dig gets no
     /// answer at all (server down, timeout).
     pub fn dig(&self, name: &str, record_type: &str) -> Vec<String> {
@@ -309,35 +322,20 @@ zone "{zone}" {{
 
     /// Like [`dig`](Self::dig), `None` when dig gets no answer.
     fn try_dig(&self, name: &str, record_type: &str) -> Option<Vec<String>> {
-        let output = Command::new(tool("dig"))
-            .args([
-                "+short",
-                "+time=1",
-                "+tries=1",
-                "@127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                name,
-                record_type,
-            ])
-            .stdin(Stdio::null())
-            .output()
-            .expect("run dig");
-        if !output.status.success() {
-            return None;
-        }
-        let text = String::from_utf8_lossy(&output.stdout);
-        if text.lines().any(|line| line.starts_with(";;")) {
-            return None;
-        }
-        Some(
-            text.lines()
-                .map(str::trim)
-                .filter(|line| !line.is_empty())
-                .map(String::from)
-                .collect(),
-        )
+        let d = crate::dig::dig(self.addr(), name, record_type, false);
+        (d.status != "TIMEOUT").then_some(d.answers)
     }
+}
+
+/// The zone file a test server starts with: SOA serial 1 (refresh, retry and expire do not
+/// matter on a primary), negative TTL 5 s, one NS.
+fn zone_file(zone: &str) -> String {
+    format!(
+        "$TTL 60\n\
+         @ IN SOA ns.{zone}. hostmaster.{zone}. ( 1 60 60 3600 5 )\n\
+         @ IN NS ns.{zone}.\n\
+         ns IN A 127.0.0.1\n"
+    )
 }
 
 impl Drop for Bind {

@@ -481,6 +481,128 @@ fn ringd_refuses_bad_configs_with_one_clear_line() {
 }
 
 #[test]
+fn ringd_refuses_bad_dns_settings_and_key_files_with_one_clear_line() {
+    use garden_ring::config::{DnsProvider, Rfc2136Settings};
+    let dir = tempfile::tempdir().unwrap();
+    let good = member_config(
+        dir.path(),
+        1,
+        free_port(),
+        free_port(),
+        Vec::new(),
+        &RingOptions::default(),
+    );
+    let with_key = |name: &str, key_text: Option<&str>| {
+        let key_file = dir.path().join(format!("{name}.key"));
+        if let Some(text) = key_text {
+            std::fs::write(&key_file, text).unwrap();
+        }
+        let mut cfg = good.clone();
+        cfg.dns.provider = DnsProvider::Rfc2136;
+        cfg.dns.rfc2136 = Some(Rfc2136Settings {
+            server: "127.0.0.1:53".parse().unwrap(),
+            key_file,
+        });
+        write_config(dir.path(), &format!("{name}.toml"), &cfg.to_toml())
+    };
+    const SECRET: &str = "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LTMyYg==";
+    let good_key =
+        format!("key \"ring-key\" {{\n\talgorithm hmac-sha256;\n\tsecret \"{SECRET}\";\n}};\n");
+    let p = with_key("good-key", Some(&good_key));
+    let out = ringd(&["--check-config", "--config", &p]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    for (name, text, expect) in [
+        ("missing", None, "does not exist"),
+        (
+            "garbage",
+            Some("this is not a key file".to_string()),
+            "not a TSIG key file",
+        ),
+        (
+            "md5",
+            Some(good_key.replace("hmac-sha256", "hmac-md5")),
+            "hmac-md5",
+        ),
+        (
+            "badbase64",
+            Some(good_key.replace(SECRET, "***not base64***")),
+            "not valid base64",
+        ),
+        (
+            "truncated",
+            Some(good_key[..good_key.len() / 2].to_string()),
+            "ring",
+        ),
+    ] {
+        let p = with_key(name, text.as_deref());
+        let out = ringd(&["--check-config", "--config", &p]);
+        let line = stderr_line(&out);
+        assert!(!out.status.success(), "{name}: accepted");
+        assert!(line.contains("dns.rfc2136"), "{name}: {line}");
+        assert!(
+            line.contains(&format!("{name}.key")),
+            "{name}: names the file: {line}"
+        );
+        assert!(line.contains(expect), "{name}: {line}");
+        assert!(
+            !line.contains(SECRET),
+            "{name}: never shows the secret: {line}"
+        );
+        // And ringd refuses to start with it, with the same line.
+        let out = ringd(&["--config", &p]);
+        assert!(!out.status.success(), "{name}: started");
+        assert!(stderr_line(&out).contains(&format!("{name}.key")), "{name}");
+    }
+
+    let mut bad = Vec::new();
+    let mut cfg = good.clone();
+    cfg.dns.ttl_s = 0;
+    bad.push(("ttl0", cfg.to_toml(), "dns.ttl_s"));
+    let mut cfg = good.clone();
+    cfg.dns.ttl_s = 4_000_000_000;
+    bad.push(("ttlhuge", cfg.to_toml(), "dns.ttl_s"));
+    let mut cfg = good.clone();
+    cfg.dns.zone = Some("-bad-.test".into());
+    bad.push(("zone", cfg.to_toml(), "dns.zone"));
+    let text = good.to_toml();
+    assert!(text.contains("provider = \"builtin\""), "{text}");
+    bad.push((
+        "provider",
+        text.replace("provider = \"builtin\"", "provider = \"route53\""),
+        "unknown variant `route53`",
+    ));
+    bad.push((
+        "nokey",
+        text.replace("provider = \"builtin\"", "provider = \"rfc2136\""),
+        "dns.rfc2136",
+    ));
+    bad.push((
+        "listen",
+        text.replace(
+            "provider = \"builtin\"",
+            "provider = \"builtin\"\nlisten = \"nowhere:53\"",
+        ),
+        "is not valid",
+    ));
+    for (name, text, expect) in bad {
+        let p = write_config(dir.path(), &format!("{name}.toml"), &text);
+        refused(ringd(&["--check-config", "--config", &p]), expect);
+    }
+
+    // The DNS port is in use.
+    let busy = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut cfg = good.clone();
+    cfg.dns.listen = Some(busy.local_addr().unwrap());
+    let p = write_config(dir.path(), "dnsbusy.toml", &cfg.to_toml());
+    refused(ringd(&["--config", &p]), "cannot serve DNS on");
+}
+
+#[test]
 fn ringd_refuses_a_data_dir_of_another_member_or_in_use() {
     let dir = tempfile::tempdir().unwrap();
     let options = RingOptions::default();

@@ -7,15 +7,20 @@ use std::time::Duration;
 use garden_ring_tests::{binary, eventually, ringctl};
 use serde_json::Value;
 
-/// A base port with the six ports of a three-member demo free (base+10i, base+10i+1).
+/// A base port with the nine ports of a three-member demo free (base+10i: admin, +1: peer,
+/// +3: DNS). Bases are multiples of 30 apart, so demos of concurrent tests never overlap.
 fn free_base() -> u16 {
-    for attempt in 0..200u16 {
-        let base = 20_000 + ((std::process::id() as u16).wrapping_mul(7) % 5_000) + attempt * 37;
-        let ports = [base, base + 1, base + 10, base + 11, base + 20, base + 21];
-        if ports
-            .iter()
-            .all(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok())
-        {
+    for attempt in 0..200u32 {
+        let slot = (std::process::id() + attempt * 37) % 1_000;
+        let base = 20_000 + 30 * slot as u16;
+        let free = (0..3u16).all(|i| {
+            let admin = base + 10 * i;
+            TcpListener::bind(("127.0.0.1", admin)).is_ok()
+                && TcpListener::bind(("127.0.0.1", admin + 1)).is_ok()
+                && TcpListener::bind(("127.0.0.1", admin + 3)).is_ok()
+                && std::net::UdpSocket::bind(("127.0.0.1", admin + 3)).is_ok()
+        });
+        if free {
             return base;
         }
     }
@@ -119,6 +124,22 @@ async fn detached_demo_reports_its_members_and_stops() {
             );
         }
         assert_ne!(cp["host"], cp["home"], "never hosted at home");
+    }
+
+    // Every member serves the demo's zone (builtin DNS): the sample control planes' names
+    // answer their hosts' endpoints.
+    for m in members {
+        let server: std::net::SocketAddr = m["dns_endpoint"].as_str().unwrap().parse().unwrap();
+        garden_ring_tests::eventually(
+            std::time::Duration::from_secs(20),
+            &format!("{server} answers cp-a"),
+            || async {
+                let d =
+                    garden_ring_tests::dig::dig(server, "cp-a.demo.garden-ring.local", "A", false);
+                (d.answers == ["127.0.0.1"] && d.authoritative).then_some(())
+            },
+        )
+        .await;
     }
 
     // A second demo in the same directory is refused while the first runs.

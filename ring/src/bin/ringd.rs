@@ -129,6 +129,11 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         }
+        // The TSIG key of the rfc2136 provider too.
+        if let Err(e) = garden_ring::dns::publisher(&config.dns) {
+            eprintln!("ringd: error: dns.rfc2136: {e}");
+            return ExitCode::FAILURE;
+        }
         println!("{}", config.to_toml());
         eprintln!("ringd: config {} is valid", args.config.display());
         return ExitCode::SUCCESS;

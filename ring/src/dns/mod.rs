@@ -1,20 +1,20 @@
-//! DNS: keeping the records that point clients at control planes up to date.
+//! DNS: pointing each control plane's name at the member that serves it, and nowhere while it
+//! moves (DESIGN.md rule 3).
 //!
-//! - [`records`]: the records the ring wants, a pure function of the applied state
-//!   (DESIGN.md rule 3: a control plane's name points at its host only while it serves).
-//! - [`update`]: a pure builder of RFC 2136 DNS UPDATE messages: given a zone and a batch of
-//!   record changes it checks every name, TTL and value, then returns the message (or its wire
-//!   bytes) that replaces the records in one atomic transaction on the zone's primary server.
-//! - [`rfc2136`]: sends an update over TCP, signed with a [`tsig_key::TsigKey`]; checks the reply.
+//! Pure parts (no sockets, no clocks; the simulation and unit tests drive them):
+//! - [`records`]: the records the ring wants, a function of the applied state.
+//! - [`zone`]: the zone a member serves with the `builtin` provider, and its answer to a query.
+//! - [`update`]: RFC 2136 UPDATE messages: one atomic replace per changed name, in batches.
 //!
-//! Nothing here opens a socket, reads a clock or draws a random number: the message id is an
-//! argument, so the same input always gives the same bytes.
-//!
-//! Not built yet: sending the message (UDP with TCP fallback) and reading the answer, TSIG
-//! signing (RFC 8945), and a builtin DNS server. The builder returns the unsigned
-//! [`Message`](hickory_proto::op::Message) on its own ([`update::UpdateBuilder::message`]) so a
-//! signer can add the TSIG record before [`update::encode`], which leaves room for it (see
-//! [`MAX_DNS_UPDATE_BYTES`](crate::core::limits::MAX_DNS_UPDATE_BYTES)).
+//! I/O parts:
+//! - [`server`]: the `builtin` provider. Every member serves the zone over UDP and TCP
+//!   (hickory-server), SERVFAIL unless its own lease vouches for its state.
+//! - [`rfc2136`]: the `rfc2136` provider. Updates sent over TCP, signed with a
+//!   [`tsig_key::TsigKey`] (hmac-sha256); typed errors say whether a retry can help.
+//! - [`query`]: asks one authoritative server what it answers (non-recursive, no cache).
+//! - [`keeper`]: the leader's duty. Publishes changes (batched, retried with backoff), checks
+//!   every server until each change is visible, repairs drift every reconcile interval; its
+//!   [`keeper::DnsStatus`] is what `ringctl dns list` and `ringctl status` show.
 //!
 //! A DNS UPDATE message (RFC 2136, section 2) reuses the four sections of a query:
 //!
@@ -23,7 +23,7 @@
 //! | question | zone | the zone apex, type SOA, class IN |
 //! | answer | prerequisites | nothing (the change is unconditional) |
 //! | authority | updates | per name: delete its A, AAAA and CNAME sets, then add the new record |
-//! | additional | additional data | nothing (a TSIG record, once signing exists) |
+//! | additional | additional data | the TSIG record |
 //!
 //! The primary applies all updates of one message or none of them, so a batch never leaves a
 //! name half changed.
@@ -43,6 +43,17 @@ pub fn publisher(
 ) -> Result<Option<Box<dyn keeper::Publisher>>, String> {
     match settings.provider {
         crate::config::DnsProvider::Builtin | crate::config::DnsProvider::Off => Ok(None),
-        crate::config::DnsProvider::Rfc2136 => Err("the rfc2136 provider is not built yet".into()),
+        crate::config::DnsProvider::Rfc2136 => {
+            let (Some(zone), Some(rfc2136)) = (&settings.zone, &settings.rfc2136) else {
+                return Err("provider rfc2136 needs dns.zone and [dns.rfc2136]".into());
+            };
+            let publisher = rfc2136::Rfc2136Publisher::new(
+                zone,
+                rfc2136.server,
+                &rfc2136.key_file,
+                std::time::Duration::from_millis(settings.timeout_ms),
+            )?;
+            Ok(Some(Box::new(publisher)))
+        }
     }
 }

@@ -21,6 +21,7 @@
 //! replaces the records at its names, so applying it twice gives the same zone.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
@@ -28,6 +29,7 @@ use hickory_proto::rr::rdata::tsig::TsigError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::keeper::{PublishError, Publisher};
 use super::tsig_key::{TSIG_FUDGE_S, TsigKey};
 use super::update::{Change, UpdateBuilder, UpdateError, encode};
 
@@ -489,6 +491,81 @@ impl Rfc2136Client {
                 server,
                 timeout: self.timeout,
             })?
+    }
+}
+
+/// The `rfc2136` provider as the leader's [`Publisher`]: one signed update per batch. After an
+/// update is refused (a wrong key, say), the key file is read again before the next attempt,
+/// so an operator who fixes the key needs no restart.
+pub struct Rfc2136Publisher {
+    client: Rfc2136Client,
+    builder: UpdateBuilder,
+    key_file: PathBuf,
+    next_id: u16,
+    reload_key: bool,
+}
+
+impl Rfc2136Publisher {
+    /// Updates `zone` on `server`, signed with the key in `key_file`.
+    pub fn new(
+        zone: &str,
+        server: SocketAddr,
+        key_file: &Path,
+        timeout: Duration,
+    ) -> Result<Self, String> {
+        let key = TsigKey::from_file(key_file).map_err(|e| e.to_string())?;
+        let builder = UpdateBuilder::new(zone).map_err(|e| format!("zone {zone:?}: {e}"))?;
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos() as u16)
+            .unwrap_or(0);
+        Ok(Self {
+            client: Rfc2136Client::new(server, Some(key), timeout),
+            builder,
+            key_file: key_file.to_path_buf(),
+            next_id: seed,
+            reload_key: false,
+        })
+    }
+}
+
+impl Publisher for Rfc2136Publisher {
+    fn publish(
+        &mut self,
+        changes: Vec<Change>,
+    ) -> futures::future::BoxFuture<'_, Result<(), PublishError>> {
+        Box::pin(async move {
+            if self.reload_key {
+                match TsigKey::from_file(&self.key_file) {
+                    Ok(key) => self.client.key = Some(key),
+                    Err(e) => {
+                        return Err(PublishError {
+                            message: e.to_string(),
+                            retryable: false,
+                        });
+                    }
+                }
+            }
+            let id = self.next_id;
+            self.next_id = self.next_id.wrapping_add(1);
+            match self.client.send(&self.builder, id, &changes).await {
+                Ok(_) => {
+                    self.reload_key = false;
+                    Ok(())
+                }
+                Err(e) => {
+                    self.reload_key = !e.is_retryable();
+                    Err(PublishError {
+                        message: e.to_string(),
+                        retryable: e.is_retryable(),
+                    })
+                }
+            }
+        })
+    }
+
+    fn server(&self) -> SocketAddr {
+        self.client.server
     }
 }
 

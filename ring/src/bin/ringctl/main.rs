@@ -945,8 +945,16 @@ async fn demo(args: DemoArgs, out: Output, insecure: bool) -> Result<(), Failure
                 );
                 for m in &demo.members {
                     println!(
-                        "  {} ({}, id {}): admin {} pid {}",
-                        m.name, m.zone, m.id, m.admin_endpoint, m.pid
+                        "  {} ({}, id {}): admin {} dns {} pid {}",
+                        m.name, m.zone, m.id, m.admin_endpoint, m.dns_endpoint, m.pid
+                    );
+                }
+                if let Some(m) = demo.members.first() {
+                    let (ip, port) = m.dns_endpoint.rsplit_once(':').unwrap_or_default();
+                    println!(
+                        "\ndns:  dig @{ip} -p {port} cp-{}.{} A",
+                        m.name,
+                        garden_ring::demo::DEMO_ZONE
                     );
                 }
                 println!(
@@ -967,10 +975,14 @@ async fn demo(args: DemoArgs, out: Output, insecure: bool) -> Result<(), Failure
             _ = sigint.recv() => break,
             _ = sigterm.recv() => break,
             _ = tick.tick() => {
-                let text = match rpc!(client, status, pb::StatusRequest {}) {
+                let mut text = match rpc!(client, status, pb::StatusRequest {}) {
                     Ok(s) => output::status(&s),
                     Err(e) => format!("status: {e}"),
                 };
+                if let Ok(dns) = rpc!(client, dns_list, pb::DnsListRequest {}) {
+                    text.push_str("\n\n");
+                    text.push_str(&output::dns(&dns));
+                }
                 if tty {
                     print!("\x1b[2J\x1b[H");
                 }
