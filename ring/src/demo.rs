@@ -197,6 +197,33 @@ pub fn layout(members: usize, base_port: u16) -> Result<Vec<InitialMember>, Demo
         .collect())
 }
 
+/// Stops child processes: SIGTERM to all, then SIGKILL for any still running after `grace`;
+/// returns once all have exited.
+pub fn terminate_all(children: &mut [Child], grace: Duration) {
+    for child in children.iter() {
+        if let Ok(pid) = i32::try_from(child.id()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    }
+    let deadline = Instant::now() + grace;
+    for child in children.iter_mut() {
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) | Err(_) => break,
+                Ok(None) if Instant::now() >= deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+}
+
 /// Where the demo member with Admin address `admin` serves DNS: the Admin port + 3.
 pub fn dns_address(admin: &str) -> std::net::SocketAddr {
     let mut address: std::net::SocketAddr = admin.parse().expect("demo addresses are valid");
@@ -540,26 +567,7 @@ impl Demo {
 
     /// Stops the members: SIGTERM, then SIGKILL for any still running after `grace`.
     pub fn stop(&mut self, grace: Duration) {
-        for child in &self.children {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-        }
-        let deadline = Instant::now() + grace;
-        for child in &mut self.children {
-            loop {
-                match child.try_wait() {
-                    Ok(Some(_)) | Err(_) => break,
-                    Ok(None) if Instant::now() >= deadline => {
-                        let _ = child.kill();
-                        let _ = child.wait();
-                        break;
-                    }
-                    Ok(None) => std::thread::sleep(Duration::from_millis(50)),
-                }
-            }
-        }
+        terminate_all(&mut self.children, grace);
         for m in &self.members {
             let _ = std::fs::remove_file(m.config.with_file_name("ringd.pid"));
         }

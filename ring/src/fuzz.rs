@@ -371,6 +371,86 @@ impl DnsScript {
     }
 }
 
+/// The builtin server's zone built from the script's changes answers every question like an
+/// authority: REFUSED exactly outside the zone, NXDOMAIN only with no answer and the SOA, and
+/// an address the zone holds for a name is in the answer for that name.
+fn zone_answers(script: &DnsScript) {
+    use crate::dns::records::DesiredRecord;
+    use crate::dns::zone::Zone;
+    use hickory_proto::op::ResponseCode;
+    use hickory_proto::rr::LowerName;
+
+    let records: Vec<DesiredRecord> = script
+        .changes
+        .iter()
+        .map(|c| DesiredRecord {
+            name: c.name.clone(),
+            ttl_s: c.ttl_s,
+            value: c.value.clone(),
+            why: String::new(),
+        })
+        .collect();
+    let Ok(zone) = Zone::build(&script.zone, u64::from(script.id), &records, &[], 5) else {
+        return;
+    };
+    let mut names: Vec<String> = script.changes.iter().map(|c| c.name.clone()).collect();
+    names.push(script.zone.clone());
+    names.push(format!("nothing.{}", script.zone));
+    names.push("outside.invalid".into());
+    for name in names {
+        let Ok(parsed) = Name::from_ascii(format!("{}.", name.trim_end_matches('.'))) else {
+            continue;
+        };
+        let lower = LowerName::new(&parsed);
+        for record_type in [
+            RecordType::A,
+            RecordType::AAAA,
+            RecordType::CNAME,
+            RecordType::SOA,
+            RecordType::NS,
+            RecordType::ANY,
+        ] {
+            let answer = zone.answer(&lower, record_type);
+            assert_eq!(
+                answer.rcode == ResponseCode::Refused,
+                !zone.contains(&lower),
+                "{name} {record_type}: {answer:?}"
+            );
+            assert_eq!(answer.authoritative, zone.contains(&lower));
+            if answer.rcode == ResponseCode::NXDomain {
+                assert!(answer.answers.is_empty() && answer.authority.len() == 1);
+            }
+        }
+    }
+    for change in &script.changes {
+        let RecordValue::A(address) = change.value else {
+            continue;
+        };
+        let alone = script
+            .changes
+            .iter()
+            .filter(|c| c.name.eq_ignore_ascii_case(&change.name))
+            .count()
+            == 1;
+        let Ok(parsed) = Name::from_ascii(format!("{}.", change.name.trim_end_matches('.'))) else {
+            continue;
+        };
+        let lower = LowerName::new(&parsed);
+        if !alone || !zone.contains(&lower) || lower == *zone.origin() {
+            continue;
+        }
+        let answer = zone.answer(&lower, RecordType::A);
+        assert!(
+            answer
+                .answers
+                .iter()
+                .any(|r| r.data == RData::A(hickory_proto::rr::rdata::A(address))),
+            "{} A {address}: {answer:?}",
+            change.name
+        );
+    }
+}
+
 /// Reads `data` as a [`DnsScript`] and builds its update. The builder must return; if it
 /// built a message, the bytes fit the limit and decode to an UPDATE for the zone whose update
 /// section is exactly: per change, the three deletes then the new record, every name inside
@@ -378,6 +458,7 @@ impl DnsScript {
 /// same way by every entry point.
 pub fn dns_update(data: &[u8]) {
     let script = DnsScript::parse(&String::from_utf8_lossy(data));
+    zone_answers(&script);
     let Ok(builder) = UpdateBuilder::new(&script.zone) else {
         return;
     };

@@ -262,24 +262,7 @@ zone "{zone}" {{
         let Some(mut child) = self.child.take() else {
             return;
         };
-        if let Ok(pid) = i32::try_from(child.id()) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-        }
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        loop {
-            match child.try_wait() {
-                Ok(Some(_)) | Err(_) => break,
-                Ok(None) if Instant::now() >= deadline => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break;
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
+        garden_ring::demo::terminate_all(std::slice::from_mut(&mut child), STOP_TIMEOUT);
     }
 
     /// Stops `named` if it runs and starts it again on the same port, with the same zone and

@@ -420,6 +420,18 @@ impl Ring {
         ring
     }
 
+    /// Starts a ring whose workloads record into `ring.dir/serving-*.log` (see
+    /// [`recording_driver`]).
+    pub fn start_recording(options: RingOptions) -> Self {
+        let mut ring = Self::prepare(options);
+        let driver = recording_driver(ring.dir.path());
+        for p in &mut ring.procs {
+            p.config.driver = driver.clone();
+            p.spawn();
+        }
+        ring
+    }
+
     /// Writes the configs of a ring with `options.members` founders without starting any.
     pub fn prepare(options: RingOptions) -> Self {
         let dir = tempfile::Builder::new()

@@ -387,6 +387,18 @@ fn write_config(dir: &std::path::Path, name: &str, text: &str) -> String {
     path.to_string_lossy().into_owned()
 }
 
+/// A valid config of member 1 with no founders, on free ports.
+fn lone_member_config(dir: &std::path::Path) -> garden_ring::config::Config {
+    member_config(
+        dir,
+        1,
+        free_port(),
+        free_port(),
+        Vec::new(),
+        &RingOptions::default(),
+    )
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -398,14 +410,7 @@ fn free_port() -> u16 {
 #[test]
 fn ringd_refuses_bad_configs_with_one_clear_line() {
     let dir = tempfile::tempdir().unwrap();
-    let good = member_config(
-        dir.path(),
-        1,
-        free_port(),
-        free_port(),
-        Vec::new(),
-        &RingOptions::default(),
-    );
+    let good = lone_member_config(dir.path());
     let good_text = good.to_toml();
     let good_path = write_config(dir.path(), "good.toml", &good_text);
 
@@ -484,14 +489,7 @@ fn ringd_refuses_bad_configs_with_one_clear_line() {
 fn ringd_refuses_bad_dns_settings_and_key_files_with_one_clear_line() {
     use garden_ring::config::{DnsProvider, Rfc2136Settings};
     let dir = tempfile::tempdir().unwrap();
-    let good = member_config(
-        dir.path(),
-        1,
-        free_port(),
-        free_port(),
-        Vec::new(),
-        &RingOptions::default(),
-    );
+    let good = lone_member_config(dir.path());
     let with_key = |name: &str, key_text: Option<&str>| {
         let key_file = dir.path().join(format!("{name}.key"));
         if let Some(text) = key_text {

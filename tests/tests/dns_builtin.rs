@@ -8,25 +8,17 @@ use std::time::{Duration, Instant};
 
 use garden_ring::pb;
 use garden_ring_tests::dig::dig;
-use garden_ring_tests::{
-    Ring, RingOptions, TestDns, add_running, eventually, recording_driver, status,
-};
+use garden_ring_tests::{Ring, RingOptions, TestDns, add_running, eventually, status};
 use nix::sys::signal::Signal;
 
 const FORM: Duration = Duration::from_secs(20);
 
 /// A builtin-DNS ring whose workloads record into `ring.dir/serving-*.log`.
 fn builtin_ring() -> Ring {
-    let mut ring = Ring::prepare(RingOptions {
+    Ring::start_recording(RingOptions {
         dns: TestDns::Builtin,
         ..RingOptions::default()
-    });
-    let driver = recording_driver(ring.dir.path());
-    for p in &mut ring.procs {
-        p.config.driver = driver.clone();
-        p.spawn();
-    }
-    ring
+    })
 }
 
 /// The harness gives members a, b, c the endpoints 10.0.0.1, .2, .3.

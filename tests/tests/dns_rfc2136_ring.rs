@@ -9,15 +9,13 @@ use std::time::{Duration, Instant};
 
 use garden_ring::config::{DnsProvider, DnsSettings, Rfc2136Settings};
 use garden_ring_tests::bind::{Bind, tsig_keygen};
-use garden_ring_tests::{
-    Ring, RingOptions, TEST_ZONE, TestDns, add_running, cps, eventually, recording_driver,
-};
+use garden_ring_tests::{Ring, RingOptions, TEST_ZONE, TestDns, add_running, cps, eventually};
 
 const FORM: Duration = Duration::from_secs(20);
 
 /// A ring publishing to `bind` with the key in `key_file`, workloads recorded.
 fn ring_for(bind: &Bind, key_file: &Path) -> Ring {
-    let mut ring = Ring::prepare(RingOptions {
+    Ring::start_recording(RingOptions {
         dns: TestDns::Settings(DnsSettings {
             zone: Some(TEST_ZONE.into()),
             ttl_s: 5,
@@ -31,13 +29,7 @@ fn ring_for(bind: &Bind, key_file: &Path) -> Ring {
             ..DnsSettings::default()
         }),
         ..RingOptions::default()
-    });
-    let driver = recording_driver(ring.dir.path());
-    for p in &mut ring.procs {
-        p.config.driver = driver.clone();
-        p.spawn();
-    }
-    ring
+    })
 }
 
 /// The harness gives members a, b, c the endpoints 10.0.0.1, .2, .3.
@@ -64,6 +56,23 @@ fn record<'a>(list: &'a serde_json::Value, name: &str) -> &'a serde_json::Value 
         .iter()
         .find(|r| r["name"] == name)
         .unwrap_or_else(|| panic!("no record {name} in {list}"))
+}
+
+/// Waits until `ringctl dns list` through `among` reports no problem.
+async fn wait_no_problems(ring: &Ring, among: &[usize]) {
+    eventually(
+        Duration::from_secs(10),
+        "the DNS problems clear",
+        || async {
+            let list = dns_list(ring, among);
+            list["problems"]
+                .as_array()
+                .unwrap()
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
 }
 
 /// Waits until BIND answers `name` A with exactly `want`.
@@ -211,15 +220,7 @@ async fn a_dns_server_down_during_failover_gets_the_record_when_back_and_drift_i
     )
     .await;
     let converged_ms = back.elapsed().as_millis();
-    eventually(Duration::from_secs(10), "the problem clears", || async {
-        let list = dns_list(&ring, &survivors);
-        list["problems"]
-            .as_array()
-            .unwrap()
-            .is_empty()
-            .then_some(())
-    })
-    .await;
+    wait_no_problems(&ring, &survivors).await;
 
     // The server loses every update (journal gone): the next full reconcile puts them back.
     bind.restart_without_journal();
@@ -283,13 +284,5 @@ async fn a_wrong_tsig_key_is_a_clear_error_and_fixing_the_file_is_enough() {
     let status = ring.ringctl(&["status"]);
     let status = String::from_utf8_lossy(&status.stdout).to_string();
     assert!(status.contains("provider rfc2136"), "{status}");
-    eventually(Duration::from_secs(10), "the problem clears", || async {
-        let list = dns_list(&ring, &[0, 1, 2]);
-        list["problems"]
-            .as_array()
-            .unwrap()
-            .is_empty()
-            .then_some(())
-    })
-    .await;
+    wait_no_problems(&ring, &[0, 1, 2]).await;
 }

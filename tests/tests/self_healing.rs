@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use garden_ring::pb;
 use garden_ring_tests::{
     Ring, RingOptions, add_control_plane, add_running, assert_no_overlap, control_plane, cps,
-    eventually, recording_driver, served, status,
+    eventually, served, status,
 };
 use nix::sys::signal::Signal;
 
@@ -25,13 +25,7 @@ fn unix_ns() -> u128 {
 
 /// A ring whose workloads record into `ring.dir/serving-*.log`.
 fn recording_ring() -> Ring {
-    let mut ring = Ring::prepare(RingOptions::default());
-    let driver = recording_driver(ring.dir.path());
-    for p in &mut ring.procs {
-        p.config.driver = driver.clone();
-        p.spawn();
-    }
-    ring
+    Ring::start_recording(RingOptions::default())
 }
 
 /// Waits until every control plane in `moved` runs on another member than `from` at a higher

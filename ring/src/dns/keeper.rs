@@ -30,6 +30,8 @@ use crate::time::unix_ms;
 
 /// How often the keeper looks again when nothing wakes it.
 const TICK: Duration = Duration::from_millis(200);
+/// How often it asks again while a change is not visible everywhere yet.
+const PENDING_TICK: Duration = Duration::from_millis(50);
 /// First wait after a failed publish; doubles up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(200);
 /// Longest wait between publish attempts.
@@ -142,6 +144,8 @@ pub struct Keeper {
     backoff: Duration,
     last_error: Option<String>,
     next_reconcile: Instant,
+    /// Some record is not visible on every server yet.
+    pending: bool,
 }
 
 /// The settings a keeper needs.
@@ -187,6 +191,7 @@ impl Keeper {
             backoff: MIN_BACKOFF,
             last_error: None,
             next_reconcile: Instant::now(),
+            pending: false,
         }
     }
 
@@ -203,6 +208,7 @@ impl Keeper {
     /// Forgets everything (this member stopped leading).
     fn step_down(&mut self) {
         self.published.clear();
+        self.pending = false;
         self.next_publish = Instant::now();
         self.backoff = MIN_BACKOFF;
         self.last_error = None;
@@ -354,6 +360,7 @@ impl Keeper {
             }
         }
         if questions.is_empty() {
+            self.pending = false;
             return;
         }
         let timeout = self.timeout;
@@ -370,6 +377,7 @@ impl Keeper {
         let primary = self.publisher.as_ref().map(|p| p.server());
         let mut drifted = Vec::new();
         let servers = self.servers.clone();
+        let mut pending = false;
         self.status.update(|v| {
             let mut failures = BTreeMap::new();
             for (name, server, seen) in answers {
@@ -398,12 +406,14 @@ impl Keeper {
                     record.visible_after_ms = None;
                 }
             }
+            pending = v.records.values().any(|r| r.visible_after_ms.is_none());
             v.problems.retain(|p| !p.starts_with("checking: "));
             for (server, why) in failures {
                 v.problems
                     .push(format!("checking: server {server} does not answer: {why}"));
             }
         });
+        self.pending = pending;
         for (name, value) in drifted {
             if self.published.get(&name) == Some(&value) {
                 self.published.remove(&name);
@@ -430,7 +440,7 @@ pub async fn run(mut keeper: Keeper, mut stopped: watch::Receiver<bool>) {
         was_leading = leading;
         tokio::select! {
             changed = applied.changed() => if changed.is_err() { return },
-            _ = tokio::time::sleep(TICK) => {}
+            _ = tokio::time::sleep(if keeper.pending { PENDING_TICK } else { TICK }) => {}
             _ = stopped.wait_for(|s| *s) => return,
         }
     }
