@@ -31,6 +31,7 @@
 
 pub mod admin;
 pub mod agent;
+pub mod backup;
 pub mod cli;
 pub mod client_config;
 pub mod config;
