@@ -3,3 +3,8 @@
 //!
 //! Being built (issue "etcd backups and migration"); each part names what it does in its own
 //! module docs.
+//!
+//! - [`marker`]: the migration markers in the source and destination locations, and who may
+//!   write snapshots given them.
+
+pub mod marker;
