@@ -501,6 +501,22 @@ impl Demo {
                 dns_name: format!("{name}.{DEMO_ZONE}"),
                 endpoints,
                 backup: format!("file://{}/backups/{name}", self.dir.display()),
+                // Each zone has its own bucket, as Gardener gives every seed one: a move copies
+                // the backups from the old host's bucket to the new host's.
+                backups: self
+                    .members
+                    .iter()
+                    .map(|other| {
+                        (
+                            other.name.clone(),
+                            format!(
+                                "file://{}/backups/{}/{name}",
+                                self.dir.display(),
+                                other.zone
+                            ),
+                        )
+                    })
+                    .collect(),
                 host: String::new(),
                 reason: "demo sample".into(),
                 prefer: Vec::new(),

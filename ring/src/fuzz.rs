@@ -135,6 +135,7 @@ pub fn fixture_ring() -> RingState {
                 .map(|(i, m)| (m.to_string(), format!("10.1.0.{i}:443")))
                 .collect(),
             backup: "s3://backups/shoot--dev--cp-a/etcd-main".into(),
+            backups: Default::default(),
             host: None,
             prefer: Vec::new(),
         }),
@@ -205,6 +206,7 @@ fn check_stored_values(state: &RingState) {
             dns_name: cp.dns_name.clone(),
             endpoints: cp.endpoints.clone(),
             backup: cp.backup.clone(),
+            backups: cp.backups.clone(),
             prefer: Vec::new(),
             host: cp.host.clone(),
         };

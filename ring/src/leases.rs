@@ -127,9 +127,21 @@ impl LeaseDesk {
                     serving.push(key);
                 }
             }
-            Some((granted, released, serving, a.applied_index()))
+            let mut progress = Vec::new();
+            for (cp_name, report) in &request.migrations {
+                let Some(cp) = a.state.control_planes.get(cp_name) else {
+                    continue;
+                };
+                if cp.phase == Phase::Starting
+                    && cp.host.as_deref() == Some(name.as_str())
+                    && request.running.get(cp_name) == Some(&cp.epoch)
+                {
+                    progress.push(((cp.name.clone(), cp.epoch, name.clone()), report.clone()));
+                }
+            }
+            Some((granted, released, serving, progress, a.applied_index()))
         });
-        let Some((granted, released, serving, applied_index)) = reading else {
+        let Some((granted, released, serving, progress, applied_index)) = reading else {
             return Err(Status::failed_precondition(format!(
                 "member {from} is not registered"
             )));
@@ -138,6 +150,7 @@ impl LeaseDesk {
             let mut inner = self.lock();
             inner.observations.released.extend(released);
             inner.observations.serving.extend(serving);
+            inner.observations.progress.extend(progress);
         }
         Ok(RenewReply {
             granted,

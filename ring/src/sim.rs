@@ -331,6 +331,7 @@ impl<'a> World<'a> {
                     .map(|m| (m.name.clone(), format!("{}.example:443", m.name)))
                     .collect(),
                 backup: format!("s3://backups/cp{i}"),
+                backups: BTreeMap::new(),
                 host: None,
                 prefer: Vec::new(),
             }));

@@ -757,15 +757,17 @@ fn control_plane_spec() -> BoxedStrategy<ControlPlaneSpec> {
         dns_name(),
         btree_map(member_name(), address(), 1..5),
         backup_url(),
+        btree_map(member_name(), backup_url(), 0..3),
         option::weighted(0.3, member_name()),
     )
         .prop_map(
-            |(name, home, dns_name, endpoints, backup, host)| ControlPlaneSpec {
+            |(name, home, dns_name, endpoints, backup, backups, host)| ControlPlaneSpec {
                 name,
                 home,
                 dns_name,
                 endpoints,
                 backup,
+                backups,
                 host,
                 prefer: Vec::new(),
             },

@@ -667,6 +667,7 @@ pub fn control_plane(name: &str, home: Option<&str>) -> pb::ControlPlaneAddReque
             .map(|(i, m)| (m.to_string(), format!("10.0.0.{}:443", i + 1)))
             .collect(),
         backup: format!("s3://backups/{name}"),
+        backups: Default::default(),
         host: String::new(),
         reason: "test".into(),
         prefer: Vec::new(),

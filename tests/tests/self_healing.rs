@@ -109,6 +109,13 @@ async fn killing_a_host_moves_its_control_planes_and_nothing_serves_twice() {
         let cp = &now[name];
         assert!(cp.epoch > before.epoch);
         assert_ne!(cp.host, cp.home, "never at home");
+        // The move is recorded as a migration from the lost host, done once it served.
+        let m = cp.migration.as_ref().expect("a migration is recorded");
+        assert_eq!(
+            (m.epoch, m.from.as_str(), m.to.as_str(), m.step.as_str()),
+            (cp.epoch, victim_name.as_str(), cp.host.as_str(), "done"),
+            "{m:?}"
+        );
         let stretches = served(ring.dir.path(), name);
         assert_no_overlap(name, &stretches);
         let old = stretches

@@ -34,6 +34,26 @@ pub fn control_plane(cp: &ControlPlane) -> pb::ControlPlane {
         fencing: cp.fencing.iter().cloned().collect(),
         unplaced_reason: cp.unplaced_reason.clone(),
         prefer: cp.prefer.clone(),
+        backups: cp.backups.clone().into_iter().collect(),
+        migration: cp.migration.as_ref().map(migration),
+    }
+}
+
+/// A migration as the API shows it.
+pub fn migration(m: &crate::core::migration::Migration) -> pb::Migration {
+    pb::Migration {
+        epoch: m.epoch,
+        from: m.from.clone().unwrap_or_default(),
+        to: m.to.clone(),
+        source: m.source.clone(),
+        destination: m.destination.clone(),
+        step: m.step.to_string(),
+        started_unix_ms: m.started_unix_ms,
+        updated_unix_ms: m.updated_unix_ms,
+        bytes_copied: m.bytes_copied,
+        restored: m.restored.clone().unwrap_or_default(),
+        data_loss_window_ms: m.data_loss_window_ms,
+        note: m.note.clone(),
     }
 }
 

@@ -653,6 +653,7 @@ impl Admin for AdminService {
             dns_name: req.dns_name,
             endpoints: req.endpoints,
             backup: req.backup,
+            backups: req.backups.into_iter().collect(),
             host: non_empty(req.host),
             prefer: req.prefer,
         };

@@ -284,6 +284,13 @@ impl Workloads {
         }
     }
 
+    /// The migrations the instances perform, by control plane. The `none` and `exec` drivers
+    /// move no data themselves, so they report none (their migrations go from `handover` to
+    /// `done`); the `etcd` driver reports its copy and restore.
+    pub fn migrations(&self) -> BTreeMap<String, crate::core::migration::MigrationReport> {
+        BTreeMap::new()
+    }
+
     /// Of what runs, what passes the health check (everything, without one).
     pub async fn healthy(&self) -> BTreeMap<String, u64> {
         let mut out = BTreeMap::new();

@@ -139,6 +139,7 @@ impl Agent {
             .renew(RenewRequest {
                 running: running.clone(),
                 healthy,
+                migrations: self.workloads.migrations(),
             })
             .await;
         let reply = match reply {

@@ -98,8 +98,13 @@ pub struct ControlPlaneSpec {
     pub dns_name: String,
     /// Member name -> `host:port` the control plane answers on when hosted there.
     pub endpoints: BTreeMap<String, String>,
-    /// Backup location URL.
+    /// Backup location URL (where its host writes backups, unless `backups` names another
+    /// for that member).
     pub backup: String,
+    /// Member name -> backup location when hosted there (each zone's own bucket, as Gardener
+    /// gives every seed one).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub backups: BTreeMap<String, String>,
     /// Member name to host it on; `None` lets placement choose when the command is applied.
     pub host: Option<String>,
     /// The operator's preferences, most preferred first: a member name, or `key=value` for
@@ -142,6 +147,15 @@ impl ControlPlaneSpec {
             require("endpoint", endpoint, check_address)?;
         }
         require("backup location", &self.backup, check_backup_url)?;
+        if self.backups.len() > MAX_MEMBERS {
+            return Err(CommandError::Limit(format!(
+                "at most {MAX_MEMBERS} per-member backup locations"
+            )));
+        }
+        for (member, url) in &self.backups {
+            require("member name", member, check_label)?;
+            require("backup location", url, check_backup_url)?;
+        }
         if let Some(host) = &self.host {
             require("host member", host, check_label)?;
             if !self.endpoints.contains_key(host) {
@@ -234,6 +248,17 @@ pub enum Command {
         /// The host.
         member: String,
     },
+    /// The new host reports how the migration of the control plane's data goes.
+    ReportMigration {
+        /// The control plane.
+        name: String,
+        /// Its current epoch.
+        epoch: u64,
+        /// The host.
+        member: String,
+        /// What it reports.
+        report: crate::core::migration::MigrationReport,
+    },
     /// Replaces a member's labels (placement preferences can name them).
     SetLabels {
         /// The member.
@@ -269,6 +294,7 @@ impl Command {
             Command::MoveControlPlane { .. } => "control-plane.move",
             Command::ReleaseFence { .. } => "control-plane.released",
             Command::ReportServing { .. } => "control-plane.serving",
+            Command::ReportMigration { .. } => "control-plane.migration",
             Command::SetLabels { .. } => "member.labels",
             Command::Cordon { cordoned: true, .. } => "member.cordon",
             Command::Cordon {
@@ -362,6 +388,19 @@ impl Command {
                     return Err(CommandError::invalid("epoch", "0", "must be at least 1"));
                 }
                 Ok(())
+            }
+            Command::ReportMigration {
+                name,
+                epoch,
+                member,
+                report,
+            } => {
+                require("control plane name", name, check_label)?;
+                require("member name", member, check_label)?;
+                if *epoch == 0 {
+                    return Err(CommandError::invalid("epoch", "0", "must be at least 1"));
+                }
+                report.validate()
             }
             Command::SetPaused { .. } => Ok(()),
         }

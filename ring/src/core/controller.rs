@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::command::Command;
+use super::migration::MigrationReport;
 use super::placement::{self, Request};
 use super::state::{ControlPlane, Health, MoveKind, Phase, RingState};
 
@@ -54,6 +55,8 @@ pub struct Observations {
     pub released: BTreeSet<(String, u64, String)>,
     /// (control plane, epoch, member): the host reports serving it.
     pub serving: BTreeSet<(String, u64, String)>,
+    /// (control plane, epoch, member): the host's last report on the migration it performs.
+    pub progress: BTreeMap<(String, u64, String), MigrationReport>,
 }
 
 impl Observations {
@@ -78,6 +81,7 @@ impl Observations {
         };
         self.released.retain(|(cp, epoch, _)| current(cp, epoch));
         self.serving.retain(|(cp, epoch, _)| current(cp, epoch));
+        self.progress.retain(|(cp, epoch, _), _| current(cp, epoch));
     }
 }
 
@@ -146,6 +150,21 @@ fn decide_one(
                         member: host.clone(),
                     },
                     reason: format!("{host} reports serving it"),
+                });
+            }
+            let key = (cp.name.clone(), cp.epoch, host.clone());
+            if let (Some(report), Some(migration)) = (obs.progress.get(&key), &cp.migration)
+                && migration.epoch == cp.epoch
+                && migration.worth_committing(report, obs.unix_ms)
+            {
+                return Some(Decision {
+                    command: Command::ReportMigration {
+                        name: cp.name.clone(),
+                        epoch: cp.epoch,
+                        member: host.clone(),
+                        report: report.clone(),
+                    },
+                    reason: format!("{host} reports the migration's progress"),
                 });
             }
         }

@@ -23,6 +23,7 @@ pub mod controller;
 pub mod error;
 pub mod history;
 pub mod limits;
+pub mod migration;
 pub mod names;
 pub mod placement;
 pub mod state;

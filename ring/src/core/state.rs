@@ -17,6 +17,7 @@ use super::command::{Command, ControlPlaneSpec, MemberSpec, Proposal};
 use super::error::CommandError;
 use super::history::{Event, History};
 use super::limits::{MAX_CONTROL_PLANES, MAX_MEMBERS};
+use super::migration::{Migration, MigrationReport, MigrationStep};
 use super::names::check_name_in_zone;
 use super::placement;
 
@@ -197,6 +198,31 @@ pub struct ControlPlane {
     /// Members preferred as hosts, most preferred first.
     #[serde(default)]
     pub prefer: Vec<String>,
+    /// Member name -> backup location when hosted there; others use `backup`.
+    #[serde(default)]
+    pub backups: BTreeMap<String, String>,
+    /// The migration of its data to its current host, from the last move that gave it a host.
+    #[serde(default)]
+    pub migration: Option<Migration>,
+}
+
+impl ControlPlane {
+    /// Once no former host fences it any more, the host may start it: phase `starting`, and its
+    /// migration moves to `handover`.
+    fn end_fencing_if_done(&mut self) {
+        if self.fencing.is_empty() && self.phase == Phase::Fencing {
+            self.phase = Phase::Starting;
+            let epoch = self.epoch;
+            if let Some(m) = self.migration.as_mut().filter(|m| m.epoch == epoch) {
+                m.step = MigrationStep::Handover;
+            }
+        }
+    }
+
+    /// Where `member` writes this control plane's backups when it hosts it.
+    pub fn backup_for(&self, member: &str) -> &str {
+        self.backups.get(member).unwrap_or(&self.backup)
+    }
 }
 
 /// Ring-wide settings.
@@ -307,7 +333,13 @@ impl RingState {
                 name,
                 epoch,
                 member,
-            } => self.report_serving(name, *epoch, member)?,
+            } => self.report_serving(name, *epoch, member, proposal.at_ms)?,
+            Command::ReportMigration {
+                name,
+                epoch,
+                member,
+                report,
+            } => self.report_migration(name, *epoch, member, report, proposal.at_ms)?,
             Command::SetLabels { id, labels } => {
                 let member = self.member_mut(*id)?;
                 member.labels = labels.clone();
@@ -529,9 +561,7 @@ impl RingState {
             for cp in self.control_planes.values_mut() {
                 if cp.fencing.remove(&name) {
                     released.push(cp.name.clone());
-                    if cp.fencing.is_empty() && cp.phase == Phase::Fencing {
-                        cp.phase = Phase::Starting;
-                    }
+                    cp.end_fencing_if_done();
                 }
             }
             if !released.is_empty() {
@@ -611,6 +641,12 @@ impl RingState {
             fencing.insert(old.clone());
         }
         let from = cp.host.clone().unwrap_or_else(|| "nowhere".into());
+        // The data is where it was last served: the host before this move, or, for a control
+        // plane that was unplaced, the source of the migration that left it so.
+        let source_host = cp
+            .host
+            .clone()
+            .or_else(|| cp.migration.as_ref().and_then(|m| m.from.clone()));
         let cp = self.control_planes.get_mut(name).expect("looked up above");
         cp.epoch = epoch;
         cp.moved_at_ms = at_ms;
@@ -634,6 +670,27 @@ impl RingState {
             }
         }
         cp.fencing = fencing;
+        cp.migration = Some(Migration {
+            epoch,
+            source: source_host
+                .as_deref()
+                .map(|h| cp.backup_for(h).to_string())
+                .unwrap_or_else(|| cp.backup.clone()),
+            destination: to.map(|t| cp.backup_for(t).to_string()).unwrap_or_default(),
+            from: source_host,
+            to: to.unwrap_or_default().to_string(),
+            step: if cp.fencing.is_empty() {
+                MigrationStep::Handover
+            } else {
+                MigrationStep::Fencing
+            },
+            started_unix_ms: at_ms,
+            updated_unix_ms: at_ms,
+            bytes_copied: 0,
+            restored: None,
+            data_loss_window_ms: None,
+            note: String::new(),
+        });
         let waiting = if cp.fencing.is_empty() {
             String::new()
         } else {
@@ -668,9 +725,7 @@ impl RingState {
                 "{member} is not fencing control plane {name}"
             )));
         }
-        if cp.fencing.is_empty() && cp.phase == Phase::Fencing {
-            cp.phase = Phase::Starting;
-        }
+        cp.end_fencing_if_done();
         Ok(format!(
             "{member} released it at epoch {epoch}; now {}",
             cp.phase
@@ -683,6 +738,7 @@ impl RingState {
         name: &str,
         epoch: u64,
         member: &str,
+        at_ms: u64,
     ) -> Result<String, CommandError> {
         let cp = self.control_plane_mut(name)?;
         if cp.epoch != epoch || cp.host.as_deref() != Some(member) || cp.phase != Phase::Starting {
@@ -694,7 +750,49 @@ impl RingState {
             )));
         }
         cp.phase = Phase::Running;
-        Ok(format!("serving on {member} at epoch {epoch}"))
+        let mut detail = format!("serving on {member} at epoch {epoch}");
+        if let Some(m) = cp.migration.as_mut().filter(|m| m.epoch == epoch) {
+            m.step = MigrationStep::Done;
+            m.updated_unix_ms = at_ms;
+            detail.push_str(&format!(
+                "; migration done in {} ms",
+                at_ms.saturating_sub(m.started_unix_ms)
+            ));
+            if let Some(window) = m.data_loss_window_ms {
+                detail.push_str(&format!(", data-loss window {window} ms"));
+            }
+        }
+        Ok(detail)
+    }
+
+    /// The host reports the migration's progress at `epoch`.
+    fn report_migration(
+        &mut self,
+        name: &str,
+        epoch: u64,
+        member: &str,
+        report: &MigrationReport,
+        at_ms: u64,
+    ) -> Result<String, CommandError> {
+        let cp = self.control_plane_mut(name)?;
+        if cp.epoch != epoch || cp.host.as_deref() != Some(member) || cp.phase != Phase::Starting {
+            return Err(CommandError::Refused(format!(
+                "control plane {name} is {} at epoch {} on {}; {member} cannot report a migration at epoch {epoch}",
+                cp.phase,
+                cp.epoch,
+                cp.host.as_deref().unwrap_or("no host")
+            )));
+        }
+        let migration = cp
+            .migration
+            .as_mut()
+            .filter(|m| m.epoch == epoch)
+            .ok_or_else(|| {
+                CommandError::Refused(format!(
+                    "control plane {name} has no migration at epoch {epoch}"
+                ))
+            })?;
+        migration.apply(report, at_ms)
     }
 
     fn cordon(&mut self, id: NodeId, cordoned: bool) -> Result<Option<String>, CommandError> {
@@ -797,6 +895,8 @@ impl RingState {
                 unplaced_reason,
                 moved_at_ms: 0,
                 prefer: spec.prefer.clone(),
+                backups: spec.backups.clone(),
+                migration: None,
             },
         );
         Ok(detail)
@@ -826,7 +926,8 @@ impl RingState {
             Command::AddControlPlane(ControlPlaneSpec { name, .. })
             | Command::MoveControlPlane { name, .. }
             | Command::ReleaseFence { name, .. }
-            | Command::ReportServing { name, .. } => {
+            | Command::ReportServing { name, .. }
+            | Command::ReportMigration { name, .. } => {
                 if let Some(cp) = self.control_planes.get(name) {
                     check_control_plane(cp);
                 }
@@ -900,6 +1001,30 @@ fn check_control_plane(cp: &ControlPlane) {
         (None, Phase::Unplaced) => {}
         (host, phase) => panic!("{name} has host {host:?} in phase {phase}"),
     }
+    if let Some(m) = &cp.migration {
+        assert!(m.epoch <= cp.epoch, "{name}'s migration is from the future");
+        if m.epoch == cp.epoch && cp.host.is_some() {
+            assert_eq!(
+                cp.host.as_deref(),
+                Some(m.to.as_str()),
+                "{name}'s migration goes elsewhere"
+            );
+            assert_eq!(
+                m.step == MigrationStep::Fencing,
+                cp.phase == Phase::Fencing,
+                "{name}'s migration is {} while it is {}",
+                m.step,
+                cp.phase
+            );
+            assert_eq!(
+                m.step == MigrationStep::Done,
+                cp.phase == Phase::Running,
+                "{name}'s migration is {} while it is {}",
+                m.step,
+                cp.phase
+            );
+        }
+    }
 }
 
 fn new_member(spec: &MemberSpec, role: Role, wants_voter: bool) -> Member {
@@ -936,7 +1061,8 @@ fn subject(state: &RingState, command: &Command) -> String {
         Command::RemoveControlPlane { name }
         | Command::MoveControlPlane { name, .. }
         | Command::ReleaseFence { name, .. }
-        | Command::ReportServing { name, .. } => name.clone(),
+        | Command::ReportServing { name, .. }
+        | Command::ReportMigration { name, .. } => name.clone(),
         Command::Cordon { id, .. } | Command::SetLabels { id, .. } => member_name(id),
     }
 }

@@ -164,6 +164,7 @@ mod tests {
                 ]
                 .into(),
                 backup: "s3://backups/x".into(),
+                backups: Default::default(),
                 host: Some("a".into()),
                 prefer: Vec::new(),
             }),

@@ -103,6 +103,9 @@ pub struct RenewRequest {
     /// Of those, what passed its health check.
     #[serde(default)]
     pub healthy: std::collections::BTreeMap<String, u64>,
+    /// Of those, the migrations it performs (copy, restore), by control plane.
+    #[serde(default)]
+    pub migrations: std::collections::BTreeMap<String, crate::core::migration::MigrationReport>,
 }
 
 /// The leader's answer to a [`RenewRequest`].

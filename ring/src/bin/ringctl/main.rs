@@ -284,6 +284,11 @@ enum CpCmd {
         /// Backup location: s3://bucket/prefix, gs://, az://, file:///path.
         #[arg(long)]
         backup: String,
+        /// Backup location when hosted on a member, MEMBER=URL (each zone's own bucket); repeat
+        /// per member. Members not named use --backup. A move copies the backups from the old
+        /// host's location to the new host's.
+        #[arg(long = "backup-on", value_name = "MEMBER=URL")]
+        backups: Vec<String>,
         /// Member it belongs to; it is never hosted there.
         #[arg(long)]
         home: Option<String>,
@@ -544,6 +549,25 @@ fn main() -> ExitCode {
     }
 }
 
+/// `MEMBER=VALUE` arguments of `flag` as a map; each member once.
+fn member_map(
+    flag: &str,
+    shape: &str,
+    args: &[String],
+    example: &str,
+) -> Result<BTreeMap<String, String>, Failure> {
+    let mut map = BTreeMap::new();
+    for arg in args {
+        let (member, value) = arg
+            .split_once('=')
+            .ok_or_else(|| Failure(format!("{flag} {arg:?} must be {shape}, like {example}")))?;
+        if map.insert(member.to_string(), value.to_string()).is_some() {
+            return Err(Failure(format!("{flag} names member {member:?} twice")));
+        }
+    }
+    Ok(map)
+}
+
 macro_rules! rpc {
     ($client:expr, $method:ident, $req:expr) => {
         $client
@@ -686,30 +710,31 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             dns_name,
             endpoints,
             backup,
+            backups,
             home,
             host,
             prefer,
             reason,
         }) => {
-            let mut map = BTreeMap::new();
-            for e in &endpoints {
-                let (member, addr) = e.split_once('=').ok_or_else(|| {
-                    Failure(format!(
-                        "--endpoint-on {e:?} must be MEMBER=HOST:PORT, like b=10.0.1.5:443"
-                    ))
-                })?;
-                if map.insert(member.to_string(), addr.to_string()).is_some() {
-                    return Err(Failure(format!(
-                        "--endpoint-on names member {member:?} twice"
-                    )));
-                }
-            }
+            let map = member_map(
+                "--endpoint-on",
+                "MEMBER=HOST:PORT",
+                &endpoints,
+                "b=10.0.1.5:443",
+            )?;
+            let backups = member_map(
+                "--backup-on",
+                "MEMBER=URL",
+                &backups,
+                "b=s3://zone-b-backups/shoot-x",
+            )?;
             let req = pb::ControlPlaneAddRequest {
                 name,
                 home: home.unwrap_or_default(),
                 dns_name,
                 endpoints: map,
                 backup,
+                backups,
                 host: host.unwrap_or_default(),
                 reason,
                 prefer,

@@ -116,6 +116,35 @@ pub fn control_plane(cp: &pb::ControlPlane) -> String {
         let mark = if *member == cp.host { "  <- host" } else { "" };
         out.push_str(&format!("\n  {member}: {endpoint}{mark}"));
     }
+    if !cp.backups.is_empty() {
+        out.push_str("\nbackups on:");
+        for (member, url) in &cp.backups {
+            out.push_str(&format!("\n  {member}: {url}"));
+        }
+    }
+    if let Some(m) = &cp.migration {
+        out.push_str(&format!(
+            "\nmigration: {} at epoch {}: {} -> {} ({} -> {})\n  started {} UTC, updated {} UTC, {} bytes copied",
+            m.step,
+            m.epoch,
+            or_dash(&m.from),
+            or_dash(&m.to),
+            or_dash(&m.source),
+            or_dash(&m.destination),
+            utc(m.started_unix_ms),
+            utc(m.updated_unix_ms),
+            m.bytes_copied
+        ));
+        if !m.restored.is_empty() {
+            out.push_str(&format!("\n  restored {}", m.restored));
+        }
+        if let Some(window) = m.data_loss_window_ms {
+            out.push_str(&format!("\n  data-loss window: {window} ms"));
+        }
+        if !m.note.is_empty() {
+            out.push_str(&format!("\n  note: {}", m.note));
+        }
+    }
     out
 }
 

@@ -78,6 +78,7 @@ impl Ring {
                 .map(|m| (m.to_string(), format!("{m}.example:443")))
                 .collect(),
             backup: format!("s3://backups/{name}"),
+            backups: Default::default(),
             host: Some(host.into()),
             prefer: Vec::new(),
         }))
@@ -366,4 +367,119 @@ fn label_preferences_come_before_load() {
     );
     assert!(crate::core::command::check_preference("tier=").is_err());
     assert!(crate::core::command::check_preference("tier=gold").is_ok());
+}
+
+#[test]
+fn a_move_records_its_migration_from_fencing_to_done() {
+    use crate::core::migration::{MigrationReport, MigrationStep};
+    let mut ring = Ring::new();
+    let mut spec_backups = BTreeMap::new();
+    spec_backups.insert("a".to_string(), "s3://zone-a/x".to_string());
+    spec_backups.insert("b".to_string(), "s3://zone-b/x".to_string());
+    ring.add("x", None, "a");
+    ring.state
+        .control_planes
+        .get_mut("x")
+        .unwrap()
+        .backups
+        .clone_from(&spec_backups);
+    let plan = plan_moves(
+        &ring.state,
+        &["x".into()],
+        Some("b"),
+        MoveKind::Switchover,
+        &policy(),
+        1,
+    )
+    .unwrap();
+    for c in plan {
+        ring.apply(c).unwrap();
+    }
+    let m = ring.cp("x").migration.clone().unwrap();
+    assert_eq!(
+        (m.epoch, m.from.as_deref(), m.to.as_str(), m.step),
+        (2, Some("a"), "b", MigrationStep::Fencing)
+    );
+    assert_eq!(
+        (m.source.as_str(), m.destination.as_str()),
+        ("s3://zone-a/x", "s3://zone-b/x")
+    );
+
+    let mut obs = Observations {
+        now_ms: 100,
+        unix_ms: 2_000_000,
+        ..Observations::default()
+    };
+    obs.released.insert(("x".into(), 2, "a".into()));
+    ring.run(&mut obs);
+    assert_eq!(
+        ring.cp("x").migration.as_ref().unwrap().step,
+        MigrationStep::Handover
+    );
+
+    // The new host reports its progress; a stale or early report is not proposed.
+    let key = ("x".to_string(), 2, "b".to_string());
+    obs.progress.insert(
+        key.clone(),
+        MigrationReport {
+            step: Some(MigrationStep::Copying),
+            bytes_copied: 4096,
+            ..MigrationReport::default()
+        },
+    );
+    let d = ring.run(&mut obs);
+    assert!(
+        matches!(d[0].command, Command::ReportMigration { .. }),
+        "{d:?}"
+    );
+    assert_eq!(ring.cp("x").migration.as_ref().unwrap().bytes_copied, 4096);
+    assert!(
+        ring.run(&mut obs).is_empty(),
+        "the same report is committed once"
+    );
+    obs.progress.insert(
+        key.clone(),
+        MigrationReport {
+            step: Some(MigrationStep::Starting),
+            bytes_copied: 8192,
+            restored: Some("Full-00000000-00000100-1700000000.final".into()),
+            data_loss_window_ms: Some(0),
+            note: String::new(),
+        },
+    );
+    ring.run(&mut obs);
+    let m = ring.cp("x").migration.clone().unwrap();
+    assert_eq!(
+        (m.step, m.data_loss_window_ms),
+        (MigrationStep::Starting, Some(0))
+    );
+
+    // Serving ends it; the history says how long it took and what was lost.
+    obs.serving.insert(key);
+    ring.run(&mut obs);
+    assert_eq!(ring.cp("x").phase, Phase::Running);
+    assert_eq!(
+        ring.cp("x").migration.as_ref().unwrap().step,
+        MigrationStep::Done
+    );
+    let last = ring.state.history.iter().last().unwrap();
+    assert!(last.detail.contains("migration done"), "{last:?}");
+    assert!(last.detail.contains("data-loss window 0 ms"), "{last:?}");
+
+    // A report from a member that is not the host is refused by apply.
+    let err = ring
+        .apply(Command::ReportMigration {
+            name: "x".into(),
+            epoch: 2,
+            member: "c".into(),
+            report: MigrationReport {
+                step: Some(MigrationStep::Copying),
+                ..MigrationReport::default()
+            },
+        })
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("cannot report a migration"),
+        "{err}"
+    );
 }

@@ -50,6 +50,7 @@ fn cp(name: &str, home: Option<&str>) -> ControlPlaneSpec {
             .map(|(i, m)| (m.to_string(), format!("10.0.0.{}:443", i + 1)))
             .collect(),
         backup: format!("s3://backups/{name}"),
+        backups: Default::default(),
         host: None,
         prefer: Vec::new(),
     }
@@ -198,6 +199,7 @@ fn invalid_input_is_refused_with_the_field_named() {
         (
             Command::AddControlPlane(ControlPlaneSpec {
                 backup: "s3://bucket/../x".into(),
+                backups: Default::default(),
                 ..cp("x", None)
             }),
             "backup location",
