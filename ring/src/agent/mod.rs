@@ -6,6 +6,7 @@
 //! the deadline of the last grant, whatever `ringd` is doing (DESIGN.md rule 1).
 
 pub mod driver;
+pub mod gate;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
