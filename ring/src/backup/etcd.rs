@@ -458,7 +458,12 @@ pub fn normalize_endpoint(endpoint: &str) -> Result<String, EtcdError> {
 
 fn status_error(endpoint: &str, what: &'static str, status: tonic::Status) -> EtcdError {
     // A transport failure (refused connection, reset stream) comes back as a status too.
-    if status.code() == tonic::Code::Unavailable && status.message().contains("transport") {
+    let message = status.message();
+    if status.code() == tonic::Code::Unavailable
+        && ["transport", "connect", "connection"]
+            .iter()
+            .any(|m| message.contains(m))
+    {
         return EtcdError::Unavailable {
             endpoint: endpoint.to_string(),
             what,
