@@ -11,5 +11,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .type_attribute(".gardenring.v1", "#[derive(serde::Serialize)]")
         .btree_map(".")
         .compile_fds(fds)?;
+
+    // The subset of etcd's v3 API the backups use: a client only (garden-ring never serves it).
+    let etcd = "etcd/v3/etcd_subset.proto";
+    println!("cargo:rerun-if-changed={}", root.join(etcd).display());
+    let fds = protox::compile([etcd], [&root])?;
+    tonic_prost_build::configure()
+        .build_server(false)
+        .compile_fds(fds)?;
     Ok(())
 }

@@ -54,3 +54,10 @@ pub mod tls;
 pub mod pb {
     tonic::include_proto!("gardenring.v1");
 }
+
+/// Generated gRPC client for the subset of etcd's v3 API the backups use (package
+/// `etcdserverpb`, see `proto/etcd/v3/etcd_subset.proto`); wrapped by [`backup::etcd`].
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod etcdpb {
+    tonic::include_proto!("etcdserverpb");
+}

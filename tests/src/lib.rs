@@ -10,6 +10,7 @@
 
 pub mod bind;
 pub mod dig;
+pub mod etcd;
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -1,0 +1,245 @@
+//! A real single-member `etcd` on loopback, for tests of the backups.
+//!
+//! [`Etcd::start`] runs Debian's `etcd` (3.4 here) with a fresh data directory on free
+//! loopback ports (client and peer), with fast raft timings (`--heartbeat-interval=10
+//! --election-timeout=100`: a leader within ~0.1 s), and returns once it answers `Status`
+//! with a leader, within [`START_TIMEOUT`]; never a fixed sleep. [`Etcd::start_from`] runs it
+//! on a data directory made by a restore. The process is killed when the [`Etcd`] is dropped,
+//! also when a test fails; its log is `<dir>/<name>.log`.
+//!
+//! A missing `etcd` fails the test with advice (`scripts/test.sh` is where the suite installs
+//! what it needs); it is never a silent skip.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use garden_ring::backup::etcd::{EtcdClient, EtcdClientOptions};
+
+use crate::Ports;
+
+/// How long etcd may take to elect itself and answer.
+pub const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The path of an etcd tool (`etcd`, `etcdctl`, `etcdutl`) in `PATH` or `/usr/bin`, or `None`.
+pub fn find_tool(name: &str) -> Option<PathBuf> {
+    let path_dirs = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default();
+    path_dirs
+        .into_iter()
+        .chain([PathBuf::from("/usr/bin")])
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+}
+
+/// The path of an etcd tool; panics with advice when it is missing.
+pub fn tool(name: &str) -> PathBuf {
+    find_tool(name).unwrap_or_else(|| {
+        panic!(
+            "`{name}` not found in PATH or /usr/bin: the backup tests need a real etcd; run \
+             scripts/test.sh or install Debian's etcd-server and etcd-client packages"
+        )
+    })
+}
+
+/// Where a member listens: reserved before it starts, so a restore can be told its peer URL.
+#[derive(Debug, Clone)]
+pub struct EtcdSpec {
+    /// The member's name.
+    pub name: String,
+    /// Client port on 127.0.0.1.
+    pub client_port: u16,
+    /// Peer port on 127.0.0.1.
+    pub peer_port: u16,
+}
+
+impl EtcdSpec {
+    /// A member `name` on two free loopback ports.
+    pub fn reserve(name: &str) -> Self {
+        let ports = Ports::reserve(2);
+        let numbers = ports.numbers();
+        ports.release();
+        Self {
+            name: name.to_string(),
+            client_port: numbers[0],
+            peer_port: numbers[1],
+        }
+    }
+
+    /// `http://127.0.0.1:<client port>`.
+    pub fn client_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// `http://127.0.0.1:<peer port>`.
+    pub fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer_port)
+    }
+}
+
+/// A running etcd member.
+pub struct Etcd {
+    /// Where it listens.
+    pub spec: EtcdSpec,
+    /// Its data directory.
+    pub data_dir: PathBuf,
+    /// Its log.
+    pub log_path: PathBuf,
+    /// How long it took from spawn to its first answer.
+    pub startup: Duration,
+    child: Option<Child>,
+    client: EtcdClient,
+}
+
+impl Etcd {
+    /// Starts a new member `name` with data directory `<dir>/<name>.etcd`.
+    pub async fn start(dir: &Path, name: &str) -> Self {
+        let spec = EtcdSpec::reserve(name);
+        let data_dir = dir.join(format!("{name}.etcd"));
+        Self::start_from(dir, spec, &data_dir).await
+    }
+
+    /// Starts member `spec` on `data_dir` (new, or made by a restore for this name and peer
+    /// URL).
+    pub async fn start_from(dir: &Path, spec: EtcdSpec, data_dir: &Path) -> Self {
+        let etcd = tool("etcd");
+        let log_path = dir.join(format!("{}.log", spec.name));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .expect("open the etcd log");
+        let began = Instant::now();
+        let child = Command::new(etcd)
+            .arg("--name")
+            .arg(&spec.name)
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--listen-client-urls")
+            .arg(spec.client_url())
+            .arg("--advertise-client-urls")
+            .arg(spec.client_url())
+            .arg("--listen-peer-urls")
+            .arg(spec.peer_url())
+            .arg("--initial-advertise-peer-urls")
+            .arg(spec.peer_url())
+            .arg("--initial-cluster")
+            .arg(format!("{}={}", spec.name, spec.peer_url()))
+            .args(["--heartbeat-interval=10", "--election-timeout=100"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup the log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn etcd");
+        let mut child = Some(child);
+        let deadline = began + START_TIMEOUT;
+        let client = loop {
+            if let Some(status) = child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!(
+                    "etcd {} exited during start-up ({status}); log:\n{}",
+                    spec.name,
+                    std::fs::read_to_string(&log_path).unwrap_or_default()
+                );
+            }
+            if let Ok(client) = EtcdClient::connect(&spec.client_url(), fast()).await
+                && client.status().await.is_ok_and(|s| s.leader != 0)
+            {
+                break client;
+            }
+            if Instant::now() > deadline {
+                if let Some(mut c) = child.take() {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                panic!(
+                    "etcd {} did not answer within {START_TIMEOUT:?}; log:\n{}",
+                    spec.name,
+                    std::fs::read_to_string(&log_path).unwrap_or_default()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        Self {
+            spec,
+            data_dir: data_dir.to_path_buf(),
+            log_path,
+            startup: began.elapsed(),
+            child,
+            client,
+        }
+    }
+
+    /// A client for this member.
+    pub fn client(&self) -> &EtcdClient {
+        &self.client
+    }
+
+    /// Writes a key through the client.
+    pub async fn put(&self, key: &str, value: &str) -> u64 {
+        self.client
+            .put(key.as_bytes(), value.as_bytes())
+            .await
+            .expect("etcd put")
+    }
+
+    /// Reads a key through the client.
+    pub async fn get(&self, key: &str) -> Option<String> {
+        self.client
+            .get(key.as_bytes())
+            .await
+            .expect("etcd get")
+            .map(|kv| String::from_utf8(kv.value).expect("UTF-8 value"))
+    }
+
+    /// Reads a key with the real `etcdctl` (a second opinion on our client).
+    pub fn etcdctl_get(&self, key: &str) -> Option<String> {
+        let out = Command::new(tool("etcdctl"))
+            .env("ETCDCTL_API", "3")
+            .args([
+                "--endpoints",
+                &self.spec.client_url(),
+                "get",
+                "--print-value-only",
+            ])
+            .arg(key)
+            .output()
+            .expect("run etcdctl");
+        assert!(
+            out.status.success(),
+            "etcdctl get {key}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).expect("UTF-8 output");
+        let value = text.strip_suffix('\n').unwrap_or(&text);
+        (!text.is_empty()).then(|| value.to_string())
+    }
+
+    /// The log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Stops the member (SIGKILL; etcd's data is durable by then) and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Client timeouts for loopback tests.
+pub fn fast() -> EtcdClientOptions {
+    EtcdClientOptions {
+        connect_timeout_ms: 500,
+        request_timeout_ms: 5_000,
+        snapshot_idle_timeout_ms: 10_000,
+    }
+}
