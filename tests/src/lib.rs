@@ -10,6 +10,7 @@
 
 pub mod bind;
 pub mod dig;
+pub mod s3;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -368,6 +369,7 @@ pub fn member_config(
     Config {
         id,
         tls,
+        backup: Default::default(),
         dns: match &options.dns {
             TestDns::Unserved | TestDns::Builtin => DnsSettings {
                 zone: Some(TEST_ZONE.into()),
