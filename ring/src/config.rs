@@ -500,10 +500,12 @@ impl BackupSettings {
                 ),
             ));
         }
-        if let Some(file) = &self.credentials_file {
-            if file.as_os_str().is_empty() {
-                return Err(invalid("backup.credentials_file", "must not be empty"));
-            }
+        if self
+            .credentials_file
+            .as_ref()
+            .is_some_and(|file| file.as_os_str().is_empty())
+        {
+            return Err(invalid("backup.credentials_file", "must not be empty"));
         }
         if !(1..=MAX_COPY_PARALLELISM).contains(&self.copy_parallelism) {
             return Err(invalid(

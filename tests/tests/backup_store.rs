@@ -556,10 +556,7 @@ async fn a_store_outage_mid_copy_is_retried_and_the_copy_completes() {
     .await;
     proxy.cut();
     let complete_at_cut = assert_only_complete_objects(&watcher, &fixtures).await;
-    assert!(
-        complete_at_cut >= 1 && complete_at_cut < 6,
-        "{complete_at_cut}"
-    );
+    assert!((1..6).contains(&complete_at_cut), "{complete_at_cut}");
     let refused_before = proxy.refused();
     // The outage lasts until the copy has been turned away several times.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
