@@ -38,9 +38,24 @@ ensure_tools() {
     command -v named >/dev/null 2>&1 || [ -x /usr/sbin/named ] || packages+=(bind9)
     command -v tsig-keygen >/dev/null 2>&1 || [ -x /usr/sbin/tsig-keygen ] || packages+=(bind9-utils)
     command -v dig >/dev/null 2>&1 || packages+=(bind9-dnsutils)
+    # A real etcd for the backup tests (the etcd driver, snapshots and restores).
+    command -v etcd >/dev/null 2>&1 || packages+=(etcd-server)
+    command -v etcdctl >/dev/null 2>&1 || packages+=(etcd-client)
+    # A real S3 API for the backup tests (tests/src/s3.rs): moto_server, from pip below.
+    if ! command -v moto_server >/dev/null 2>&1; then
+        command -v python3 >/dev/null 2>&1 || packages+=(python3)
+        python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)
+    fi
     if [ "${#packages[@]}" -gt 0 ]; then
         banner "installing packages: ${packages[*]}"
         apt_install "${packages[@]}"
+    fi
+
+    if ! command -v moto_server >/dev/null 2>&1; then
+        banner "installing moto[server] (an S3 API server for the backup tests)"
+        # Debian's system Python refuses pip installs without this flag (PEP 668).
+        python3 -m pip install 'moto[server]' ||
+            python3 -m pip install --break-system-packages 'moto[server]'
     fi
 
     if ! command -v cargo >/dev/null 2>&1; then

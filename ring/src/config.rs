@@ -409,6 +409,143 @@ pub const MAX_DNS_TIMEOUT_MS: u64 = 60_000;
 /// Most `dns.verify_servers`.
 pub const MAX_DNS_SERVERS: usize = 16;
 
+/// Object-store access for etcd backups (`[backup]`): how `s3://` locations are reached, and
+/// how many objects a copy between locations moves at once. `gs://` and `az://` locations
+/// take their settings and credentials from the standard Google and Azure environment
+/// variables; `file://` needs none.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BackupSettings {
+    /// The S3 API endpoint, e.g. `http://127.0.0.1:9000` for a local S3 server. Unset: AWS
+    /// itself (or `AWS_ENDPOINT` from the environment when no credentials file is set).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub s3_endpoint: Option<String>,
+    /// The S3 region (default `us-east-1`).
+    pub s3_region: String,
+    /// Allow plain `http://` endpoints (no TLS). Only for a loopback or lab S3 server.
+    pub s3_allow_http: bool,
+    /// Address buckets as `https://<bucket>.<endpoint>` (virtual-hosted style) instead of
+    /// `https://<endpoint>/<bucket>` (path style, the default, which local S3 servers expect).
+    pub s3_virtual_hosted_style: bool,
+    /// A small TOML file with the S3 credentials (`access_key_id`, `secret_access_key`,
+    /// optional `session_token`), at most 64 KiB, mode 0600 recommended. Relative paths are
+    /// relative to the config file's directory. Unset: the standard AWS environment variables
+    /// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, web identity, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credentials_file: Option<PathBuf>,
+    /// How many objects a copy between two locations moves at once (1 to
+    /// [`MAX_COPY_PARALLELISM`]). Each streamed object holds up to three 8 MiB parts in memory.
+    pub copy_parallelism: usize,
+}
+
+impl Default for BackupSettings {
+    fn default() -> Self {
+        Self {
+            s3_endpoint: None,
+            s3_region: "us-east-1".into(),
+            s3_allow_http: false,
+            s3_virtual_hosted_style: false,
+            credentials_file: None,
+            copy_parallelism: 4,
+        }
+    }
+}
+
+impl std::fmt::Debug for BackupSettings {
+    /// Written out by hand so nothing added here later can print a secret by accident; the
+    /// credentials file is named, never read.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackupSettings")
+            .field("s3_endpoint", &self.s3_endpoint)
+            .field("s3_region", &self.s3_region)
+            .field("s3_allow_http", &self.s3_allow_http)
+            .field("s3_virtual_hosted_style", &self.s3_virtual_hosted_style)
+            .field("credentials_file", &self.credentials_file)
+            .field("copy_parallelism", &self.copy_parallelism)
+            .finish()
+    }
+}
+
+/// Most objects a backup copy moves at once (`backup.copy_parallelism`).
+pub const MAX_COPY_PARALLELISM: usize = 64;
+/// Longest `backup.s3_region`.
+pub const MAX_S3_REGION_LEN: usize = 64;
+
+impl BackupSettings {
+    /// Checks the values (the credentials file is read when a location is opened, not here).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(endpoint) = &self.s3_endpoint {
+            check_s3_endpoint(endpoint).map_err(|why| invalid("backup.s3_endpoint", why))?;
+            if endpoint.starts_with("http://") && !self.s3_allow_http {
+                return Err(invalid(
+                    "backup.s3_endpoint",
+                    format!(
+                        "{endpoint:?} is plain http; set s3_allow_http = true to allow it (no TLS: only for a loopback or lab server)"
+                    ),
+                ));
+            }
+        }
+        let region = &self.s3_region;
+        if region.is_empty()
+            || region.len() > MAX_S3_REGION_LEN
+            || !region
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        {
+            return Err(invalid(
+                "backup.s3_region",
+                format!(
+                    "{:?} must be 1 to {MAX_S3_REGION_LEN} lower-case letters, digits and '-', like us-east-1",
+                    crate::core::error::shorten(region)
+                ),
+            ));
+        }
+        if self
+            .credentials_file
+            .as_ref()
+            .is_some_and(|file| file.as_os_str().is_empty())
+        {
+            return Err(invalid("backup.credentials_file", "must not be empty"));
+        }
+        if !(1..=MAX_COPY_PARALLELISM).contains(&self.copy_parallelism) {
+            return Err(invalid(
+                "backup.copy_parallelism",
+                format!("must be between 1 and {MAX_COPY_PARALLELISM}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `http(s)://host[:port][/path]`, printable ASCII, without credentials, query or fragment.
+fn check_s3_endpoint(endpoint: &str) -> Result<(), String> {
+    if endpoint.len() > crate::core::limits::MAX_URL_LEN {
+        return Err(format!(
+            "must be at most {} characters",
+            crate::core::limits::MAX_URL_LEN
+        ));
+    }
+    if !endpoint.bytes().all(|b| b.is_ascii_graphic()) || endpoint.contains('\\') {
+        return Err("must be printable ASCII without whitespace or backslashes".into());
+    }
+    if endpoint.contains(['@', '?', '#']) {
+        // Echo nothing: the part before '@' may be a secret.
+        return Err(
+            "must not contain '@', '?' or '#' (credentials belong in credentials_file or the environment)"
+                .into(),
+        );
+    }
+    let rest = endpoint
+        .strip_prefix("https://")
+        .or_else(|| endpoint.strip_prefix("http://"))
+        .ok_or_else(|| format!("{endpoint:?} must start with http:// or https://"))?;
+    let host = rest.split('/').next().unwrap_or_default();
+    if host.is_empty() {
+        return Err(format!("{endpoint:?} names no host"));
+    }
+    Ok(())
+}
+
 /// Mutual TLS for both ports (see `ringctl certs`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -479,6 +616,9 @@ pub struct Config {
     /// How control planes are run.
     #[serde(default)]
     pub driver: DriverSettings,
+    /// Object-store access for etcd backups.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub backup: BackupSettings,
     /// Mutual TLS on both ports. Required unless `insecure = true`.
     #[serde(default)]
     pub tls: Option<TlsSettings>,
@@ -501,6 +641,9 @@ impl Config {
         }
         if let (Some(rfc2136), Some(dir)) = (&mut config.dns.rfc2136, path.parent()) {
             rfc2136.key_file = dir.join(&rfc2136.key_file);
+        }
+        if let (Some(file), Some(dir)) = (&mut config.backup.credentials_file, path.parent()) {
+            *file = dir.join(&*file);
         }
         Ok(config)
     }
@@ -599,6 +742,7 @@ impl Config {
             return Err(invalid("driver.hook_timeout_ms", "must be at least 1"));
         }
         self.dns.validate()?;
+        self.backup.validate()?;
         match (&self.tls, self.insecure) {
             (None, false) => {
                 return Err(invalid(
@@ -923,6 +1067,45 @@ clock_margin_ms = 200
                 ),
                 "advertise_admin",
             ),
+            (
+                format!("{GOOD}\n[backup]\ns3_endpoint = \"ftp://127.0.0.1:9000\"\n"),
+                "backup.s3_endpoint",
+            ),
+            (
+                format!("{GOOD}\n[backup]\ns3_endpoint = \"http://127.0.0.1:9000\"\n"),
+                "backup.s3_endpoint",
+            ),
+            (
+                format!(
+                    "{GOOD}\n[backup]\ns3_endpoint = \"https://key:secret@s3.example.com\"\n"
+                ),
+                "backup.s3_endpoint",
+            ),
+            (
+                format!("{GOOD}\n[backup]\ns3_endpoint = \"https://\"\n"),
+                "backup.s3_endpoint",
+            ),
+            (
+                format!("{GOOD}\n[backup]\ns3_endpoint = \"https://s3 .example.com\"\n"),
+                "backup.s3_endpoint",
+            ),
+            (format!("{GOOD}\n[backup]\ns3_region = \"\"\n"), "backup.s3_region"),
+            (
+                format!("{GOOD}\n[backup]\ns3_region = \"US East\"\n"),
+                "backup.s3_region",
+            ),
+            (
+                format!("{GOOD}\n[backup]\ncredentials_file = \"\"\n"),
+                "backup.credentials_file",
+            ),
+            (
+                format!("{GOOD}\n[backup]\ncopy_parallelism = 0\n"),
+                "backup.copy_parallelism",
+            ),
+            (
+                format!("{GOOD}\n[backup]\ncopy_parallelism = 65\n"),
+                "backup.copy_parallelism",
+            ),
         ];
         for (text, field) in cases {
             match parse(&text) {
@@ -930,6 +1113,43 @@ clock_margin_ms = 200
                 other => panic!("expected invalid {field}, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn backup_settings_parse_resolve_and_never_echo_secrets() {
+        let c = parse(&format!(
+            "{GOOD}\n[backup]\ns3_endpoint = \"http://127.0.0.1:9000\"\ns3_allow_http = true\ncredentials_file = \"s3.toml\"\ncopy_parallelism = 64\n"
+        ))
+        .unwrap();
+        assert_eq!(c.backup.s3_region, "us-east-1");
+        assert!(!c.backup.s3_virtual_hosted_style);
+        assert_eq!(c.backup.copy_parallelism, 64);
+        assert_eq!(parse(&c.to_toml()).unwrap(), c);
+        // A default [backup] is not written out.
+        assert!(!parse(GOOD).unwrap().to_toml().contains("[backup]"));
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ringd.toml");
+        std::fs::write(
+            &path,
+            format!("{GOOD}\n[backup]\ncredentials_file = \"s3.toml\"\n"),
+        )
+        .unwrap();
+        let loaded = Config::load(&path).unwrap();
+        assert_eq!(
+            loaded.backup.credentials_file,
+            Some(dir.path().join("s3.toml"))
+        );
+
+        let err = parse(&format!(
+            "{GOOD}\n[backup]\ns3_endpoint = \"https://AKIDEXAMPLE:hunter2@s3.example.com\"\n"
+        ))
+        .unwrap_err();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+        assert!(matches!(
+            parse(&format!("{GOOD}\n[backup]\ns3_endpont = \"x\"\n")),
+            Err(ConfigError::Parse { .. })
+        ));
     }
 
     #[test]

@@ -11,6 +11,7 @@
 pub mod bind;
 pub mod dig;
 pub mod etcd;
+pub mod s3;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -369,6 +370,7 @@ pub fn member_config(
     Config {
         id,
         tls,
+        backup: Default::default(),
         dns: match &options.dns {
             TestDns::Unserved | TestDns::Builtin => DnsSettings {
                 zone: Some(TEST_ZONE.into()),

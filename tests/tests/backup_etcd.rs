@@ -12,12 +12,12 @@ use std::time::Instant;
 
 use garden_ring::backup::checksum::verify_bytes;
 use garden_ring::backup::etcd::{EtcdClient, EtcdError};
+use garden_ring::backup::object_store::local::LocalFileSystem;
+use garden_ring::backup::object_store::path::Path as StorePath;
+use garden_ring::backup::object_store::{ObjectStore, ObjectStoreExt};
 use garden_ring::backup::restore::{
     RestoreError, RestoreOptions, RestoreTool, Restored, restore_newest,
 };
-use garden_ring::backup::snapshot::object_store::local::LocalFileSystem;
-use garden_ring::backup::snapshot::object_store::path::Path as StorePath;
-use garden_ring::backup::snapshot::object_store::{ObjectStore, ObjectStoreExt};
 use garden_ring::backup::snapshot::{
     RevisionSource, TakenSnapshot, take_final_snapshot, take_full_snapshot,
 };

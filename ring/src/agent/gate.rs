@@ -161,7 +161,10 @@ mod tests {
         gate.close().await;
         // The open connection is cut: the next exchange fails (EOF or reset).
         let after = round_trip(&mut open, b"again").await;
-        assert!(after.is_err(), "a connection survived the gate closing: {after:?}");
+        assert!(
+            after.is_err(),
+            "a connection survived the gate closing: {after:?}"
+        );
         // New connections are refused.
         assert!(TcpStream::connect(public).await.is_err());
         // The workload itself still answers on its own address.

@@ -16,9 +16,22 @@
 //!   `etcdutl`.
 //! - [`marker`]: the migration markers in the source and destination locations, and who may
 //!   write snapshots given them.
+//! - [`location`]: backup locations (`s3://`, `gs://`, `az://`, `file://`) opened as object
+//!   stores with the `[backup]` settings; which locations share a store; credentials files.
+//! - [`layout`]: listing a location's etcd-backup-restore v2 snapshots, the newest full one
+//!   and the incrementals after it.
+//! - [`copy`]: copying every snapshot between two locations like `etcdbrctl copy` (final
+//!   first, `.final` stripped, skip what is there, bounded parallelism, retries, progress).
 
 pub mod checksum;
+pub mod copy;
 pub mod etcd;
+pub mod layout;
+pub mod location;
 pub mod marker;
 pub mod restore;
 pub mod snapshot;
+
+/// The object_store crate the backup API is written against, so users of [`location`] can
+/// name its types (`ObjectStore`, `ObjectStoreExt`, `path::Path`, `PutPayload`).
+pub use object_store;

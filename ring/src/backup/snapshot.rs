@@ -36,10 +36,6 @@ use crate::core::backup_name::{
     BackupNameError, BackupPrefix, Compression, SnapshotKind, SnapshotName, SnapshotPath,
 };
 
-/// Re-exported so callers (and the integration tests) name the very `object_store` these
-/// functions take.
-pub use object_store;
-
 /// Size of one multipart part, in bytes (S3 wants at least 5 MiB for all but the last).
 pub const PART_SIZE_BYTES: usize = 8 * 1024 * 1024;
 /// Most parts uploading at once.
