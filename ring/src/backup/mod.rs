@@ -16,6 +16,8 @@
 //!   `etcdutl`.
 //! - [`marker`]: the migration markers in the source and destination locations, and who may
 //!   write snapshots given them.
+//! - [`migrate`]: the GEP-7 procedure the new host runs: markers in both locations, copy,
+//!   markers done; repeatable, so a migration resumes by running it again.
 //! - [`location`]: backup locations (`s3://`, `gs://`, `az://`, `file://`) opened as object
 //!   stores with the `[backup]` settings; which locations share a store; credentials files.
 //! - [`layout`]: listing a location's etcd-backup-restore v2 snapshots, the newest full one
@@ -29,6 +31,7 @@ pub mod etcd;
 pub mod layout;
 pub mod location;
 pub mod marker;
+pub mod migrate;
 pub mod restore;
 pub mod snapshot;
 
