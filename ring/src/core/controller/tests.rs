@@ -94,6 +94,22 @@ impl Ring {
         decisions
     }
 
+    /// Plans and applies a switchover of `name` to `to` (the operator's `ringctl switchover`).
+    fn switchover(&mut self, name: &str, to: &str, seed: u64) {
+        let plan = plan_moves(
+            &self.state,
+            &[name.into()],
+            Some(to),
+            MoveKind::Switchover,
+            &policy(),
+            seed,
+        )
+        .unwrap();
+        for c in plan {
+            self.apply(c).unwrap();
+        }
+    }
+
     fn cp(&self, name: &str) -> &ControlPlane {
         &self.state.control_planes[name]
     }
@@ -179,18 +195,7 @@ fn no_eligible_member_unplaces_with_a_reason_and_nothing_flaps() {
 fn a_planned_move_waits_for_the_old_host_or_its_lease() {
     let mut ring = Ring::new();
     ring.add("x", None, "a");
-    let plan = plan_moves(
-        &ring.state,
-        &["x".into()],
-        Some("b"),
-        MoveKind::Switchover,
-        &policy(),
-        1,
-    )
-    .unwrap();
-    for c in plan {
-        ring.apply(c).unwrap();
-    }
+    ring.switchover("x", "b", 1);
     assert_eq!(ring.cp("x").phase, Phase::Fencing);
     assert!(ring.cp("x").fencing.contains("a"));
     assert!(ring.state.grants("b").is_empty(), "b must not start yet");
@@ -212,18 +217,7 @@ fn a_planned_move_waits_for_the_old_host_or_its_lease() {
     assert_eq!(ring.state.grants("b").get("x"), Some(&2));
 
     // The fast path: the old host reports it stopped.
-    let plan = plan_moves(
-        &ring.state,
-        &["x".into()],
-        Some("c"),
-        MoveKind::Switchover,
-        &policy(),
-        2,
-    )
-    .unwrap();
-    for c in plan {
-        ring.apply(c).unwrap();
-    }
+    ring.switchover("x", "c", 2);
     obs.released.insert(("x".into(), 3, "b".into()));
     let d = ring.run(&mut obs);
     assert!(d[0].reason.contains("reported it stopped"), "{d:?}");
@@ -383,18 +377,7 @@ fn a_move_records_its_migration_from_fencing_to_done() {
         .unwrap()
         .backups
         .clone_from(&spec_backups);
-    let plan = plan_moves(
-        &ring.state,
-        &["x".into()],
-        Some("b"),
-        MoveKind::Switchover,
-        &policy(),
-        1,
-    )
-    .unwrap();
-    for c in plan {
-        ring.apply(c).unwrap();
-    }
+    ring.switchover("x", "b", 1);
     let m = ring.cp("x").migration.clone().unwrap();
     assert_eq!(
         (m.epoch, m.from.as_deref(), m.to.as_str(), m.step),
