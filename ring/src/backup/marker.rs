@@ -133,15 +133,11 @@ pub enum MarkerError {
 }
 
 impl MarkerError {
-    /// Whether trying again may help (a store error that is not "refused").
+    /// Whether trying again may help (the store's answer, classified like every other store
+    /// error: [`super::location::is_retryable`]).
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Store { source, .. } => !matches!(
-                source,
-                object_store::Error::PermissionDenied { .. }
-                    | object_store::Error::Unauthenticated { .. }
-                    | object_store::Error::NotSupported { .. }
-            ),
+            Self::Store { source, .. } => super::location::is_retryable(source),
             Self::TooLarge { .. } | Self::Corrupt { .. } => false,
         }
     }

@@ -39,7 +39,7 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use tokio::io::AsyncWriteExt;
 
 use super::checksum::{MAX_SNAPSHOT_BYTES, Verified, Verifier};
-use super::snapshot::store_error_is_retryable;
+use super::location::is_retryable;
 use crate::core::backup_name::{LAYOUT_V2, SnapshotKind, SnapshotPath};
 
 /// Most objects read from one listing of `<prefix>/v2/`.
@@ -244,7 +244,7 @@ impl RestoreError {
     /// Whether the restore may succeed when tried again unchanged.
     pub fn is_retryable(&self) -> bool {
         match self {
-            RestoreError::Store { source, .. } => store_error_is_retryable(source),
+            RestoreError::Store { source, .. } => is_retryable(source),
             RestoreError::ToolTimeout { .. } => true,
             _ => false,
         }

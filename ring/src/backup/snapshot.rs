@@ -112,24 +112,10 @@ impl SnapshotError {
             SnapshotError::Checksum { source, .. } => {
                 !matches!(source, ChecksumError::TooLarge { .. })
             }
-            SnapshotError::Store { source, .. } => store_error_is_retryable(source),
+            SnapshotError::Store { source, .. } => super::location::is_retryable(source),
             SnapshotError::Name(_) | SnapshotError::Compress(_) => false,
         }
     }
-}
-
-/// Whether an object store error may go away by itself (network, throttling, a server error)
-/// rather than need an operator (credentials, permissions, an unsupported operation).
-pub fn store_error_is_retryable(e: &object_store::Error) -> bool {
-    !matches!(
-        e,
-        object_store::Error::InvalidPath { .. }
-            | object_store::Error::NotSupported { .. }
-            | object_store::Error::NotImplemented { .. }
-            | object_store::Error::PermissionDenied { .. }
-            | object_store::Error::Unauthenticated { .. }
-            | object_store::Error::UnknownConfigurationKey { .. }
-    )
 }
 
 /// The key of a snapshot named `name` under `prefix`.
@@ -314,11 +300,11 @@ mod tests {
             store: "S3",
             source: "503".into(),
         };
-        assert!(store_error_is_retryable(&generic));
+        assert!(crate::backup::location::is_retryable(&generic));
         let denied = object_store::Error::PermissionDenied {
             path: "p".into(),
             source: "403".into(),
         };
-        assert!(!store_error_is_retryable(&denied));
+        assert!(!crate::backup::location::is_retryable(&denied));
     }
 }

@@ -279,10 +279,12 @@ impl Keeper {
             .map(|r| Change::new(r.name.clone(), r.ttl_s, r.value.clone()))
             .collect();
         // Names this leader published that the ring no longer has (a removed control plane).
+        let wanted: std::collections::BTreeSet<&str> =
+            desired.iter().map(|r| r.name.as_str()).collect();
         let gone: Vec<String> = self
             .published
             .keys()
-            .filter(|name| !desired.iter().any(|r| &r.name == *name))
+            .filter(|name| !wanted.contains(name.as_str()))
             .cloned()
             .collect();
         changes.extend(
@@ -294,9 +296,7 @@ impl Keeper {
                 Ok(()) => {
                     for change in batch {
                         match change.value {
-                            RecordValue::Delete
-                                if !desired.iter().any(|r| r.name == change.name) =>
-                            {
+                            RecordValue::Delete if !wanted.contains(change.name.as_str()) => {
                                 self.published.remove(&change.name);
                             }
                             _ => {
@@ -346,19 +346,21 @@ impl Keeper {
 
     /// Asks every server about the records not yet visible everywhere (all of them when `full`).
     async fn check(&mut self, full: bool) {
-        let view = self.status.view();
         let mut questions = Vec::new();
-        for (name, record) in &view.records {
-            for server in &self.servers {
-                let known_good = record
-                    .answers
-                    .get(server)
-                    .is_some_and(|o| o.matches(&record.desired.value));
-                if full || !known_good {
-                    questions.push((name.clone(), *server, record.desired.value.clone()));
+        let servers = &self.servers;
+        self.status.update(|v| {
+            for (name, record) in &v.records {
+                for server in servers {
+                    let known_good = record
+                        .answers
+                        .get(server)
+                        .is_some_and(|o| o.matches(&record.desired.value));
+                    if full || !known_good {
+                        questions.push((name.clone(), *server, record.desired.value.clone()));
+                    }
                 }
             }
-        }
+        });
         if questions.is_empty() {
             self.pending = false;
             return;
