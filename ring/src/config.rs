@@ -221,13 +221,56 @@ pub enum DriverKind {
     /// Runs `run` for each hosted control plane under a guard process that stops it when the
     /// lease runs out, plus optional hook commands (like Patroni callbacks).
     Exec,
+    /// Runs each hosted control plane's etcd itself (`[driver.etcd]`): restores it from the
+    /// backups when it moves here, snapshots it into its backup location while it serves, and
+    /// takes a final snapshot when it stops.
+    Etcd,
 }
+
+/// The `etcd` driver (`[driver.etcd]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EtcdDriverSettings {
+    /// The directory holding `etcd` and `etcdctl` (3.4) or `etcdutl` (3.5+). Unset: the
+    /// directory of the first `etcd` on `PATH`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bin_dir: Option<PathBuf>,
+    /// Where each hosted control plane's etcd keeps its data: one directory per control plane
+    /// and epoch below it. Unset: `<data_dir>/etcd`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_root: Option<PathBuf>,
+    /// How often a serving etcd is snapshotted into its backup location (a full snapshot;
+    /// the newest one bounds what a zone loss can lose).
+    pub snapshot_interval_ms: u64,
+    /// Gzip the snapshots (`.gz`), as etcd-backup-restore can.
+    pub compress: bool,
+    /// Longest an etcd may take to answer after it was started.
+    pub start_timeout_ms: u64,
+    /// Longest `etcdctl`/`etcdutl snapshot restore` may run.
+    pub restore_timeout_ms: u64,
+}
+
+impl Default for EtcdDriverSettings {
+    fn default() -> Self {
+        Self {
+            bin_dir: None,
+            data_root: None,
+            snapshot_interval_ms: 60_000,
+            compress: false,
+            start_timeout_ms: 30_000,
+            restore_timeout_ms: 600_000,
+        }
+    }
+}
+
+/// Shortest accepted `driver.etcd.snapshot_interval_ms`.
+pub const MIN_ETCD_SNAPSHOT_INTERVAL_MS: u64 = 100;
 
 /// The driver.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DriverSettings {
-    /// `none` or `exec`.
+    /// `none`, `exec` or `etcd`.
     pub kind: DriverKind,
     /// `exec`: the long-running command that serves one control plane (argv). It runs under
     /// `ring-guard`, gets SIGTERM when it must stop and SIGKILL `fence_ms` later.
@@ -244,6 +287,8 @@ pub struct DriverSettings {
     pub hook_timeout_ms: u64,
     /// The guard binary (default: `ring-guard` next to `ringd`).
     pub guard: Option<PathBuf>,
+    /// The `etcd` driver's settings.
+    pub etcd: EtcdDriverSettings,
 }
 
 impl Default for DriverSettings {
@@ -256,6 +301,7 @@ impl Default for DriverSettings {
             health: Vec::new(),
             hook_timeout_ms: 10_000,
             guard: None,
+            etcd: EtcdDriverSettings::default(),
         }
     }
 }
@@ -741,6 +787,7 @@ impl Config {
         if self.driver.hook_timeout_ms == 0 {
             return Err(invalid("driver.hook_timeout_ms", "must be at least 1"));
         }
+        self.validate_etcd_driver()?;
         self.dns.validate()?;
         self.backup.validate()?;
         match (&self.tls, self.insecure) {
@@ -773,6 +820,77 @@ impl Config {
             .parse::<tracing_subscriber::EnvFilter>()
             .map_err(|e| invalid("log.level", format!("{:?}: {e}", self.log.level)))?;
         Ok(())
+    }
+
+    fn validate_etcd_driver(&self) -> Result<(), ConfigError> {
+        let etcd = &self.driver.etcd;
+        for (field, value, min) in [
+            (
+                "driver.etcd.snapshot_interval_ms",
+                etcd.snapshot_interval_ms,
+                MIN_ETCD_SNAPSHOT_INTERVAL_MS,
+            ),
+            ("driver.etcd.start_timeout_ms", etcd.start_timeout_ms, 1),
+            ("driver.etcd.restore_timeout_ms", etcd.restore_timeout_ms, 1),
+        ] {
+            if value < min || value > MAX_TIMING_MS {
+                return Err(invalid(
+                    field,
+                    format!("{value} must be between {min} and {MAX_TIMING_MS} (one hour)"),
+                ));
+            }
+        }
+        if self.driver.kind != DriverKind::Etcd {
+            return Ok(());
+        }
+        let bin_dir = self
+            .etcd_bin_dir()
+            .map_err(|why| invalid("driver.etcd.bin_dir", why))?;
+        for tool in ["etcd"] {
+            if !bin_dir.join(tool).is_file() {
+                return Err(invalid(
+                    "driver.etcd.bin_dir",
+                    format!(
+                        "{} has no {tool} (on Debian: apt-get install etcd-server etcd-client)",
+                        bin_dir.display()
+                    ),
+                ));
+            }
+        }
+        if !bin_dir.join("etcdutl").is_file() && !bin_dir.join("etcdctl").is_file() {
+            return Err(invalid(
+                "driver.etcd.bin_dir",
+                format!(
+                    "{} has neither etcdutl (etcd 3.5+) nor etcdctl (3.4) to restore snapshots with (on Debian: apt-get install etcd-client)",
+                    bin_dir.display()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The directory of the etcd binaries the `etcd` driver runs: `driver.etcd.bin_dir`, or
+    /// that of the first `etcd` on `PATH`.
+    pub fn etcd_bin_dir(&self) -> Result<PathBuf, String> {
+        if let Some(dir) = &self.driver.etcd.bin_dir {
+            return Ok(dir.clone());
+        }
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        std::env::split_paths(&path)
+            .find(|dir| dir.join("etcd").is_file())
+            .ok_or_else(|| {
+                "is unset and no etcd is on PATH (on Debian: apt-get install etcd-server etcd-client)"
+                    .to_string()
+            })
+    }
+
+    /// Where the `etcd` driver keeps its data directories.
+    pub fn etcd_data_root(&self) -> PathBuf {
+        self.driver
+            .etcd
+            .data_root
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("etcd"))
     }
 
     fn validate_timing(&self) -> Result<(), ConfigError> {

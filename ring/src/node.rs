@@ -53,6 +53,9 @@ pub enum StartError {
     /// The builtin DNS server cannot bind its address.
     #[error(transparent)]
     Dns(crate::dns::server::ServeError),
+    /// The driver cannot be set up.
+    #[error("driver: {0}")]
+    Driver(#[from] crate::agent::driver::DriverError),
     /// The rfc2136 provider's key is unusable.
     #[error("dns.rfc2136: {0}")]
     DnsKey(String),
@@ -392,7 +395,7 @@ impl Member {
             state.clone(),
             network,
             desk,
-            Workloads::new(&config.name, config.driver.clone(), config.timing.fence_ms),
+            Workloads::from_config(&config)?,
             config.timing.lease_ms,
         );
         if let Some(sockets) = dns_sockets {

@@ -285,8 +285,33 @@ fn quietly<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// Replays the corpus, then explores for the time budget.
+/// Stack of the thread a target runs on: 8 MiB, like the main thread where `ringd` parses its
+/// config (a test thread has 2 MiB, which deep-but-bounded recursion in a debug build can
+/// exceed where the daemon would not).
+const TARGET_STACK_BYTES: usize = 8 * 1024 * 1024;
+
+/// Where the input being run is written before each generated case, so an input that aborts
+/// the process (a stack overflow cannot be caught and shrunk) can still be found.
+fn in_flight_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fuzz-{name}-in-flight"))
+}
+
+/// Replays the corpus, then explores for the time budget, on a thread with
+/// [`TARGET_STACK_BYTES`] of stack.
 fn run(fuzz: &Fuzz) {
+    let fuzz = Fuzz { ..*fuzz };
+    let explored = std::thread::Builder::new()
+        .name(fuzz.name.to_string())
+        .stack_size(TARGET_STACK_BYTES)
+        .spawn(move || explore(&fuzz))
+        .expect("spawn the fuzz thread")
+        .join();
+    if let Err(panic) = explored {
+        panic::resume_unwind(panic);
+    }
+}
+
+fn explore(fuzz: &Fuzz) {
     let seeds = corpus(fuzz.name);
     assert!(!seeds.is_empty(), "no corpus for {}", fuzz.name);
     replay(fuzz.name, fuzz.target, &seeds);
@@ -311,8 +336,11 @@ fn run(fuzz: &Fuzz) {
             ..Config::default()
         });
         let target = fuzz.target;
+        let in_flight = in_flight_path(fuzz.name);
         let result = quietly(|| {
             runner.run(&strategy, |input| {
+                // Best effort: only read after a crash.
+                let _ = std::fs::write(&in_flight, &input);
                 target(&input);
                 Ok(())
             })

@@ -6,6 +6,8 @@
 //! - `exec`: runs the configured command per control plane under `ring-guard`, which stops it
 //!   at the lease deadline even if `ringd` is frozen. Hook commands (`on_start`, `on_stop`) run
 //!   with a timeout, their output captured into the log, like Patroni callbacks.
+//! - `etcd`: runs each control plane's etcd itself, moving its data through the backups when
+//!   it moves ([`super::etcd`]).
 //!
 //! Every command gets the control plane, the epoch and the action in its environment:
 //! `GARDEN_RING_CONTROL_PLANE`, `GARDEN_RING_EPOCH`, `GARDEN_RING_ACTION` (`start`, `run`,
@@ -20,7 +22,10 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 
-use crate::config::{DriverKind, DriverSettings};
+use std::sync::Arc;
+
+use super::etcd::{EtcdInstance, EtcdRuntime, InstancePhase};
+use crate::config::{Config, DriverKind, DriverSettings};
 use crate::time::monotonic_ms;
 
 /// Most bytes of a hook's output kept for the log.
@@ -36,6 +41,16 @@ pub enum DriverError {
         command: String,
         /// Why.
         why: String,
+    },
+    /// An instance of the control plane at another epoch is still stopping.
+    #[error(
+        "control plane {name} at epoch {epoch} is still stopping here; starting again once it stopped"
+    )]
+    Busy {
+        /// The control plane.
+        name: String,
+        /// The epoch of the instance still stopping.
+        epoch: u64,
     },
     /// A hook failed or timed out.
     #[error("hook {action} for {name} at epoch {epoch}: {why}")]
@@ -62,6 +77,21 @@ pub struct Target {
     pub endpoint: String,
     /// Its DNS name.
     pub dns_name: String,
+    /// Where this member writes its backups (URL).
+    pub backup: String,
+    /// The migration that brought it here at this epoch, if the ring recorded one.
+    pub migration: Option<MigrationTarget>,
+}
+
+/// What a driver needs to know about the migration of a control plane to this member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationTarget {
+    /// The member that served it before, if any.
+    pub from: Option<String>,
+    /// The backup location its data comes from (URL).
+    pub source: String,
+    /// When the move was committed, Unix ms.
+    pub started_unix_ms: u64,
 }
 
 struct Instance {
@@ -70,9 +100,93 @@ struct Instance {
     guard: Option<Guard>,
 }
 
-struct Guard {
+/// A `ring-guard` process running one workload.
+pub(crate) struct Guard {
     child: Child,
     stdin: Option<ChildStdin>,
+}
+
+impl Guard {
+    /// Starts `argv` under the guard at `guard_binary`, to be stopped at `deadline_ms`
+    /// (monotonic), with `env` set; the guard's reports go to the log.
+    pub(crate) async fn spawn(
+        guard_binary: &std::path::Path,
+        fence_ms: u64,
+        argv: &[String],
+        env: &[(&str, String)],
+        deadline_ms: u64,
+        name: &str,
+        epoch: u64,
+    ) -> Result<Self, DriverError> {
+        let mut cmd = Command::new(guard_binary);
+        cmd.arg("--fence-ms")
+            .arg(fence_ms.to_string())
+            .arg("--")
+            .args(argv)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (key, value) in env {
+            cmd.env(key, value);
+        }
+        let mut child = cmd.spawn().map_err(|e| DriverError::Spawn {
+            command: guard_binary.display().to_string(),
+            why: e.to_string(),
+        })?;
+        let stdin = child.stdin.take();
+        if let Some(out) = child.stdout.take() {
+            let name = name.to_string();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(out).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    tracing::info!(control_plane = %name, epoch, "guard: {line}");
+                }
+            });
+        }
+        let mut guard = Self { child, stdin };
+        guard.set_deadline(deadline_ms).await;
+        Ok(guard)
+    }
+
+    /// Moves the deadline.
+    pub(crate) async fn set_deadline(&mut self, deadline_ms: u64) {
+        if let Some(stdin) = self.stdin.as_mut() {
+            let _ = stdin
+                .write_all(format!("deadline {deadline_ms}\n").as_bytes())
+                .await;
+        }
+    }
+
+    /// Stops the workload now and waits (at most `fence_ms` + 500 ms) for the guard, then
+    /// kills it.
+    pub(crate) async fn stop(&mut self, fence_ms: u64) -> bool {
+        if let Some(stdin) = self.stdin.as_mut() {
+            let _ = stdin.write_all(b"stop\n").await;
+        }
+        let wait = Duration::from_millis(fence_ms + 500);
+        if tokio::time::timeout(wait, self.child.wait()).await.is_err() {
+            let _ = self.child.kill().await;
+            return false;
+        }
+        true
+    }
+
+    /// Waits until the guard exits (the workload ended or was fenced).
+    pub(crate) async fn wait(&mut self) -> String {
+        match self.child.wait().await {
+            Ok(status) => status.to_string(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// How the guard exited, if it did.
+    pub(crate) fn exited(&mut self) -> Option<String> {
+        match self.child.try_wait() {
+            Ok(None) => None,
+            Ok(Some(status)) => Some(status.to_string()),
+            Err(e) => Some(e.to_string()),
+        }
+    }
 }
 
 /// The workloads of one member.
@@ -82,6 +196,8 @@ pub struct Workloads {
     fence_ms: u64,
     guard_binary: PathBuf,
     instances: BTreeMap<String, Instance>,
+    etcd: Option<Arc<EtcdRuntime>>,
+    etcd_instances: BTreeMap<String, EtcdInstance>,
 }
 
 /// The `ring-guard` binary next to the running executable.
@@ -102,7 +218,31 @@ impl Workloads {
             fence_ms,
             guard_binary,
             instances: BTreeMap::new(),
+            etcd: None,
+            etcd_instances: BTreeMap::new(),
         }
+    }
+
+    /// The workloads of the member `config` describes, with the driver it configures.
+    pub fn from_config(config: &Config) -> Result<Self, DriverError> {
+        let mut workloads = Self::new(&config.name, config.driver.clone(), config.timing.fence_ms);
+        if config.driver.kind == DriverKind::Etcd {
+            let bin_dir = config.etcd_bin_dir().map_err(|why| DriverError::Spawn {
+                command: "etcd".into(),
+                why,
+            })?;
+            workloads.etcd = Some(Arc::new(EtcdRuntime {
+                member: config.name.clone(),
+                bin_dir,
+                data_root: config.etcd_data_root(),
+                settings: config.driver.etcd.clone(),
+                backup: config.backup.clone(),
+                guard_binary: workloads.guard_binary.clone(),
+                fence_ms: config.timing.fence_ms,
+                lease_ms: config.timing.lease_ms,
+            }));
+        }
+        Ok(workloads)
     }
 
     /// How long a workload may take to stop after its deadline.
@@ -178,6 +318,20 @@ impl Workloads {
 
     /// Starts `target`, to be stopped at `deadline_ms` (monotonic) unless extended.
     pub async fn start(&mut self, target: Target, deadline_ms: u64) -> Result<(), DriverError> {
+        if let Some(runtime) = &self.etcd {
+            if let Some(old) = self.etcd_instances.get(&target.name) {
+                // Never two instances of one control plane: the old one finishes stopping first.
+                return Err(DriverError::Busy {
+                    name: target.name.clone(),
+                    epoch: old.target().epoch,
+                });
+            }
+            tracing::info!(control_plane = %target.name, epoch = target.epoch, "starting etcd");
+            let name = target.name.clone();
+            let instance = EtcdInstance::start(runtime.clone(), target, deadline_ms);
+            self.etcd_instances.insert(name, instance);
+            return Ok(());
+        }
         if self.settings.kind == DriverKind::None {
             self.instances.insert(
                 target.name.clone(),
@@ -191,42 +345,31 @@ impl Workloads {
         }
         self.hook("start", &self.settings.on_start.clone(), &target)
             .await?;
-        let mut cmd = Command::new(&self.guard_binary);
-        cmd.arg("--fence-ms")
-            .arg(self.fence_ms.to_string())
-            .arg("--")
-            .args(&self.settings.run)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        self.env(&mut cmd, &target, "run");
-        let mut child = cmd.spawn().map_err(|e| DriverError::Spawn {
-            command: self.guard_binary.display().to_string(),
-            why: e.to_string(),
-        })?;
-        let mut stdin = child.stdin.take();
-        if let Some(s) = stdin.as_mut() {
-            let _ = s
-                .write_all(format!("deadline {deadline_ms}\n").as_bytes())
-                .await;
-        }
-        if let Some(out) = child.stdout.take() {
-            let name = target.name.clone();
-            let epoch = target.epoch;
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(out).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    tracing::info!(control_plane = %name, epoch, "guard: {line}");
-                }
-            });
-        }
+        let env = [
+            ("GARDEN_RING_CONTROL_PLANE", target.name.clone()),
+            ("GARDEN_RING_EPOCH", target.epoch.to_string()),
+            ("GARDEN_RING_ACTION", "run".to_string()),
+            ("GARDEN_RING_MEMBER", self.member.clone()),
+            ("GARDEN_RING_ENDPOINT", target.endpoint.clone()),
+            ("GARDEN_RING_DNS_NAME", target.dns_name.clone()),
+        ];
+        let guard = Guard::spawn(
+            &self.guard_binary,
+            self.fence_ms,
+            &self.settings.run,
+            &env,
+            deadline_ms,
+            &target.name,
+            target.epoch,
+        )
+        .await?;
         tracing::info!(control_plane = %target.name, epoch = target.epoch, "started");
         self.instances.insert(
             target.name.clone(),
             Instance {
                 target,
                 deadline_ms,
-                guard: Some(Guard { child, stdin }),
+                guard: Some(guard),
             },
         );
         Ok(())
@@ -234,6 +377,12 @@ impl Workloads {
 
     /// Moves the deadline of the running instance of `name` at `epoch`.
     pub async fn extend(&mut self, name: &str, epoch: u64, deadline_ms: u64) {
+        if let Some(instance) = self.etcd_instances.get(name) {
+            if instance.target().epoch == epoch {
+                instance.extend(deadline_ms);
+            }
+            return;
+        }
         let Some(instance) = self.instances.get_mut(name) else {
             return;
         };
@@ -241,15 +390,19 @@ impl Workloads {
             return;
         }
         instance.deadline_ms = deadline_ms;
-        if let Some(stdin) = instance.guard.as_mut().and_then(|g| g.stdin.as_mut()) {
-            let _ = stdin
-                .write_all(format!("deadline {deadline_ms}\n").as_bytes())
-                .await;
+        if let Some(guard) = instance.guard.as_mut() {
+            guard.set_deadline(deadline_ms).await;
         }
     }
 
     /// Stops the instance of `name` at `epoch` now and waits (at most `fence_ms`) for it.
     pub async fn stop(&mut self, name: &str, epoch: u64) {
+        if let Some(instance) = self.etcd_instances.get(name) {
+            if instance.target().epoch == epoch {
+                instance.stop().await;
+            }
+            return;
+        }
         let matches = self
             .instances
             .get(name)
@@ -258,22 +411,14 @@ impl Workloads {
             return;
         }
         let instance = self.instances.remove(name).expect("checked above");
-        if let Some(mut guard) = instance.guard {
-            if let Some(stdin) = guard.stdin.as_mut() {
-                let _ = stdin.write_all(b"stop\n").await;
-            }
-            let wait = Duration::from_millis(self.fence_ms + 500);
-            if tokio::time::timeout(wait, guard.child.wait())
-                .await
-                .is_err()
-            {
-                tracing::error!(
-                    control_plane = name,
-                    epoch,
-                    "guard did not stop in time; killing it"
-                );
-                let _ = guard.child.kill().await;
-            }
+        if let Some(mut guard) = instance.guard
+            && !guard.stop(self.fence_ms).await
+        {
+            tracing::error!(
+                control_plane = name,
+                epoch,
+                "guard did not stop in time; killed it"
+            );
         }
         tracing::info!(control_plane = name, epoch, "stopped");
         if let Err(e) = self
@@ -288,12 +433,20 @@ impl Workloads {
     /// move no data themselves, so they report none (their migrations go from `handover` to
     /// `done`); the `etcd` driver reports its copy and restore.
     pub fn migrations(&self) -> BTreeMap<String, crate::core::migration::MigrationReport> {
-        BTreeMap::new()
+        self.etcd_instances
+            .iter()
+            .filter_map(|(name, i)| Some((name.clone(), i.migration_report()?)))
+            .collect()
     }
 
     /// Of what runs, what passes the health check (everything, without one).
     pub async fn healthy(&self) -> BTreeMap<String, u64> {
-        let mut out = BTreeMap::new();
+        let mut out: BTreeMap<String, u64> = self
+            .etcd_instances
+            .iter()
+            .filter(|(_, i)| i.healthy())
+            .map(|(name, i)| (name.clone(), i.target().epoch))
+            .collect();
         for (name, instance) in &self.instances {
             let ok = self.settings.health.is_empty()
                 || match self
@@ -320,7 +473,7 @@ impl Workloads {
         let mut gone = Vec::new();
         for (name, instance) in &mut self.instances {
             let ended = match &mut instance.guard {
-                Some(guard) => !matches!(guard.child.try_wait(), Ok(None)),
+                Some(guard) => guard.exited().is_some(),
                 None => now >= instance.deadline_ms,
             };
             if ended {
@@ -342,9 +495,21 @@ impl Workloads {
                 }
             }
         }
+        self.etcd_instances.retain(|name, instance| {
+            let ended = instance.phase() == InstancePhase::Ended;
+            if ended {
+                tracing::info!(control_plane = %name, epoch = instance.target().epoch, "etcd instance ended");
+            }
+            !ended
+        });
         self.instances
             .iter()
             .map(|(n, i)| (n.clone(), i.target.epoch))
+            .chain(
+                self.etcd_instances
+                    .iter()
+                    .map(|(n, i)| (n.clone(), i.target().epoch)),
+            )
             .collect()
     }
 }

@@ -6,6 +6,7 @@
 //! the deadline of the last grant, whatever `ringd` is doing (DESIGN.md rule 1).
 
 pub mod driver;
+pub mod etcd;
 pub mod gate;
 
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use crate::raft::network::PeerNetwork;
 use crate::raft::types::{RenewReply, RenewRequest};
 use crate::raft::{NodeId, RaftNode, StateMachineStore};
 use crate::time::monotonic_ms;
-use driver::{Target, Workloads};
+use driver::{MigrationTarget, Target, Workloads};
 
 /// What a member knows of its own lease, for those who must not act on stale state after it
 /// runs out (the builtin DNS server): the deadline of the last grant, and the leader's applied
@@ -189,6 +190,16 @@ impl Agent {
                             epoch,
                             endpoint: cp.endpoints.get(&self.name).cloned().unwrap_or_default(),
                             dns_name: cp.dns_name.clone(),
+                            backup: cp.backup_for(&self.name).to_string(),
+                            migration: cp
+                                .migration
+                                .as_ref()
+                                .filter(|m| m.epoch == epoch && m.to == self.name)
+                                .map(|m| MigrationTarget {
+                                    from: m.from.clone(),
+                                    source: m.source.clone(),
+                                    started_unix_ms: m.started_unix_ms,
+                                }),
                         })
                     });
                     let Some(target) = target else {

@@ -313,7 +313,7 @@ impl RingState {
                 Some(detail) => detail,
                 None => return Ok(()),
             },
-            Command::AddControlPlane(spec) => self.add_control_plane(spec)?,
+            Command::AddControlPlane(spec) => self.add_control_plane(spec, proposal.at_ms)?,
             Command::RemoveControlPlane { name } => self.remove_control_plane(name)?,
             Command::MoveControlPlane {
                 name,
@@ -808,7 +808,11 @@ impl RingState {
         }))
     }
 
-    fn add_control_plane(&mut self, spec: &ControlPlaneSpec) -> Result<String, CommandError> {
+    fn add_control_plane(
+        &mut self,
+        spec: &ControlPlaneSpec,
+        at_ms: u64,
+    ) -> Result<String, CommandError> {
         if self.control_planes.contains_key(&spec.name) {
             return Err(CommandError::DuplicateControlPlane(spec.name.clone()));
         }
@@ -880,6 +884,22 @@ impl RingState {
             Some(h) => format!("dns {} hosted on {h} at epoch {epoch}", spec.dns_name),
             None => format!("dns {} unplaced: {unplaced_reason}", spec.dns_name),
         };
+        // Its data (if any: a bucket an earlier etcd-backup-restore or ring wrote) comes from
+        // `backup` to where the host writes.
+        let migration = host.as_ref().map(|h| Migration {
+            epoch,
+            from: None,
+            to: h.clone(),
+            source: spec.backup.clone(),
+            destination: spec.backups.get(h).unwrap_or(&spec.backup).clone(),
+            step: MigrationStep::Handover,
+            started_unix_ms: at_ms,
+            updated_unix_ms: at_ms,
+            bytes_copied: 0,
+            restored: None,
+            data_loss_window_ms: None,
+            note: String::new(),
+        });
         self.control_planes.insert(
             spec.name.clone(),
             ControlPlane {
@@ -896,7 +916,7 @@ impl RingState {
                 moved_at_ms: 0,
                 prefer: spec.prefer.clone(),
                 backups: spec.backups.clone(),
-                migration: None,
+                migration,
             },
         );
         Ok(detail)

@@ -1,0 +1,772 @@
+//! The `etcd` driver: each hosted control plane is an etcd this member runs itself.
+//!
+//! One [`EtcdInstance`] per hosted control plane and epoch, driven by its own task:
+//!
+//! 1. **Prepare** the data. The data directory is `<data_root>/<control plane>/epoch-<N>/etcd`.
+//!    If it exists, this member served epoch N before (a restart, a short lease hiccup):
+//!    nobody else can have served since (the epoch would have changed), so it is used as it
+//!    is. Otherwise the migration of epoch N runs ([`crate::backup::migrate`]: markers in both
+//!    locations, snapshots copied source -> destination), then the newest snapshot that
+//!    verifies is restored ([`crate::backup::restore`]) into `epoch-<N>.restoring/` and renamed
+//!    into place. A control plane that never had a host and has no snapshot starts empty. A
+//!    control plane that had a host but has no snapshot is not started empty: that would lose
+//!    its data silently; the instance retries and says why in the migration's note.
+//! 2. **Start** etcd under `ring-guard` (stopped at the lease deadline whatever `ringd` does),
+//!    listening on loopback ports of its own, and wait until it answers.
+//! 3. **Serve**: open the [`Gate`] on the control plane's public endpoint; take a full snapshot
+//!    at once and then every `snapshot_interval_ms`, each after reading the marker of this
+//!    member's backup location (DESIGN.md rule 4: a member that lost ownership uploads
+//!    nothing and stops serving).
+//! 4. **Stop** (the grant no longer covers it, or the lease is about to run out unrenewed, at
+//!    a quarter of the lease before its deadline): close the gate first (no write is
+//!    acknowledged after that), take a **final** snapshot (`.final`; again only after the
+//!    marker check), stop etcd. The member keeps reporting the control plane as running
+//!    until this is done, so a planned switchover's new host waits for the final snapshot:
+//!    nothing acknowledged is lost.
+//!
+//! While preparing, the instance reports the migration's step (`copying`, `restoring`,
+//! `starting`), the bytes copied, the snapshot restored and the data-loss window (the
+//! snapshot's age when restored, zero for a final one) through the lease renewals.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::driver::{Guard, Target};
+use super::gate::Gate;
+use crate::backup::copy::{CopyOptions, CopyProgress};
+use crate::backup::etcd::{EtcdClient, EtcdClientOptions};
+use crate::backup::location::BackupLocation;
+use crate::backup::marker::{self, Marker, Ownership};
+use crate::backup::migrate::{MigrateError, MigrationPlan, migrate};
+use crate::backup::restore::{RestoreError, RestoreOptions, RestoreTool, restore_newest};
+use crate::backup::snapshot::{TakenSnapshot, take_full_snapshot};
+use crate::config::{BackupSettings, EtcdDriverSettings};
+use crate::core::migration::{MigrationReport, MigrationStep};
+use crate::time::{monotonic_ms, unix_ms};
+
+/// Longest wait between two attempts to prepare a control plane's data, in ms.
+const MAX_PREPARE_BACKOFF_MS: u64 = 5_000;
+/// First wait after a failed attempt to prepare, in ms.
+const FIRST_PREPARE_BACKOFF_MS: u64 = 200;
+
+/// What every instance of one member shares: where the binaries and data are, how backups
+/// are reached, the guard, and the timings.
+#[derive(Debug, Clone)]
+pub struct EtcdRuntime {
+    /// This member's name.
+    pub member: String,
+    /// The directory with `etcd` and `etcdctl`/`etcdutl`.
+    pub bin_dir: PathBuf,
+    /// Where the data directories go.
+    pub data_root: PathBuf,
+    /// `[driver.etcd]`.
+    pub settings: EtcdDriverSettings,
+    /// `[backup]`.
+    pub backup: BackupSettings,
+    /// The `ring-guard` binary.
+    pub guard_binary: PathBuf,
+    /// How long a workload may take to stop after its deadline.
+    pub fence_ms: u64,
+    /// The lease length.
+    pub lease_ms: u64,
+}
+
+impl EtcdRuntime {
+    /// How long before an unrenewed lease runs out the instance stops itself, so its final
+    /// snapshot is taken while etcd still runs: a quarter of the lease (at least 50 ms).
+    pub fn self_fence_margin_ms(&self) -> u64 {
+        (self.lease_ms / 4).max(50)
+    }
+
+    fn epoch_dir(&self, name: &str, epoch: u64) -> PathBuf {
+        self.data_root.join(name).join(format!("epoch-{epoch}"))
+    }
+}
+
+/// Where an instance is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstancePhase {
+    /// Copying, restoring or starting etcd.
+    Preparing,
+    /// etcd runs behind an open gate.
+    Serving,
+    /// The gate is closed; the final snapshot is being taken and etcd stopped.
+    Stopping,
+    /// Nothing runs any more.
+    Ended,
+}
+
+#[derive(Debug)]
+struct View {
+    phase: InstancePhase,
+    healthy: bool,
+    report: Option<MigrationReport>,
+    copy: Option<watch::Receiver<CopyProgress>>,
+}
+
+struct Shared {
+    view: Mutex<View>,
+    gate: tokio::sync::Mutex<Option<Gate>>,
+}
+
+impl Shared {
+    fn view(&self) -> std::sync::MutexGuard<'_, View> {
+        self.view.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_phase(&self, phase: InstancePhase) {
+        let mut view = self.view();
+        view.phase = phase;
+        if phase != InstancePhase::Serving {
+            view.healthy = false;
+        }
+    }
+
+    fn report(&self, step: MigrationStep, change: impl FnOnce(&mut MigrationReport)) {
+        let mut view = self.view();
+        let report = view.report.get_or_insert_with(MigrationReport::default);
+        report.step = Some(step);
+        change(report);
+    }
+
+    fn note(&self, note: String) {
+        let mut view = self.view();
+        if let Some(report) = view.report.as_mut() {
+            report.note = crate::core::error::shorten(&note).to_string();
+        }
+    }
+
+    /// Closes the gate if it is open: no client reaches etcd once this returns.
+    async fn close_gate(&self) {
+        if let Some(gate) = self.gate.lock().await.take() {
+            gate.close().await;
+        }
+    }
+}
+
+/// One control plane's etcd at one epoch.
+pub struct EtcdInstance {
+    target: Target,
+    deadline: watch::Sender<u64>,
+    stop: watch::Sender<bool>,
+    shared: Arc<Shared>,
+    task: JoinHandle<()>,
+}
+
+impl EtcdInstance {
+    /// Starts preparing and then serving `target` until `deadline_ms` (monotonic) unless
+    /// extended.
+    pub fn start(runtime: Arc<EtcdRuntime>, target: Target, deadline_ms: u64) -> Self {
+        let (deadline, deadline_rx) = watch::channel(deadline_ms);
+        let (stop, stop_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            view: Mutex::new(View {
+                phase: InstancePhase::Preparing,
+                healthy: false,
+                report: None,
+                copy: None,
+            }),
+            gate: tokio::sync::Mutex::new(None),
+        });
+        let task = tokio::spawn(run(
+            runtime,
+            target.clone(),
+            shared.clone(),
+            deadline_rx,
+            stop_rx,
+        ));
+        Self {
+            target,
+            deadline,
+            stop,
+            shared,
+            task,
+        }
+    }
+
+    /// The control plane and epoch.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// Moves the lease deadline later.
+    pub fn extend(&self, deadline_ms: u64) {
+        self.deadline.send_if_modified(|d| {
+            let later = deadline_ms > *d;
+            if later {
+                *d = deadline_ms;
+            }
+            later
+        });
+    }
+
+    /// Stops serving now (the gate is closed when this returns); the final snapshot and
+    /// etcd's stop follow in the instance's task, which [`EtcdInstance::phase`] reports.
+    pub async fn stop(&self) {
+        let _ = self.stop.send(true);
+        self.shared.close_gate().await;
+    }
+
+    /// Where the instance is.
+    pub fn phase(&self) -> InstancePhase {
+        if self.task.is_finished() {
+            return InstancePhase::Ended;
+        }
+        self.shared.view().phase
+    }
+
+    /// Whether etcd serves and answered its last health check.
+    pub fn healthy(&self) -> bool {
+        let view = self.shared.view();
+        view.phase == InstancePhase::Serving && view.healthy
+    }
+
+    /// The migration report while preparing (none otherwise).
+    pub fn migration_report(&self) -> Option<MigrationReport> {
+        let view = self.shared.view();
+        if view.phase != InstancePhase::Preparing {
+            return None;
+        }
+        let mut report = view.report.clone()?;
+        if let Some(copy) = &view.copy {
+            report.bytes_copied = report.bytes_copied.max(copy.borrow().bytes_done);
+        }
+        Some(report)
+    }
+}
+
+impl Drop for EtcdInstance {
+    fn drop(&mut self) {
+        // The task ends itself on stop; an instance dropped without one (ringd shutting
+        // down) leaves etcd to its guard, which stops it at the deadline.
+        let _ = self.stop.send(true);
+    }
+}
+
+/// Why serving ended.
+#[derive(Debug)]
+enum Ending {
+    /// The grant no longer covers it.
+    Stopped,
+    /// The lease is about to run out without a renewal.
+    LeaseRunningOut,
+    /// The marker says another member owns the backups now.
+    Lost(String),
+    /// etcd (or its guard) exited.
+    Exited(String),
+}
+
+async fn run(
+    runtime: Arc<EtcdRuntime>,
+    target: Target,
+    shared: Arc<Shared>,
+    mut deadline: watch::Receiver<u64>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let name = target.name.clone();
+    let epoch = target.epoch;
+    let dir = runtime.epoch_dir(&name, epoch);
+    if !dir.join("etcd").is_dir() {
+        let prepared = tokio::select! {
+            prepared = prepare(&runtime, &target, &shared) => prepared,
+            _ = stopped(&mut stop) => Err("stopped while preparing".to_string()),
+            _ = lease_runs_out(&mut deadline, 0) => Err("the lease ran out while preparing".to_string()),
+        };
+        if let Err(why) = prepared {
+            tracing::warn!(control_plane = %name, epoch, "not started: {why}");
+            shared.set_phase(InstancePhase::Ended);
+            return;
+        }
+    } else {
+        tracing::info!(control_plane = %name, epoch, dir = %dir.display(), "data of this epoch is here already: etcd starts on it");
+    }
+    shared.report(MigrationStep::Starting, |_| {});
+    let ending = match serve(&runtime, &target, &shared, &mut deadline, &mut stop).await {
+        Ok(ending) => ending,
+        Err(why) => {
+            tracing::error!(control_plane = %name, epoch, "{why}");
+            shared.close_gate().await;
+            shared.set_phase(InstancePhase::Ended);
+            return;
+        }
+    };
+    shared.set_phase(InstancePhase::Ended);
+    tracing::info!(control_plane = %name, epoch, "etcd stopped ({ending:?})");
+}
+
+/// Resolves once `stop` is set.
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Resolves when less than `margin_ms` of the lease is left.
+async fn lease_runs_out(deadline: &mut watch::Receiver<u64>, margin_ms: u64) {
+    loop {
+        let at = deadline.borrow_and_update().saturating_sub(margin_ms);
+        let now = monotonic_ms();
+        if now >= at {
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(at - now)) => {}
+            changed = deadline.changed() => {
+                if changed.is_err() {
+                    // The instance is gone; the guard keeps the last deadline.
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    }
+}
+
+/// Prepares the data of `target` at its epoch, retrying what may succeed later.
+async fn prepare(runtime: &EtcdRuntime, target: &Target, shared: &Shared) -> Result<(), String> {
+    let mut backoff_ms = FIRST_PREPARE_BACKOFF_MS;
+    loop {
+        match prepare_once(runtime, target, shared).await {
+            Ok(()) => return Ok(()),
+            Err(Prepare::Fatal(why)) => {
+                shared.note(why.clone());
+                return Err(why);
+            }
+            Err(Prepare::Retry(why)) => {
+                tracing::warn!(control_plane = %target.name, epoch = target.epoch, "preparing the data: {why}; again in {backoff_ms} ms");
+                shared.note(format!("retrying in {backoff_ms} ms: {why}"));
+                tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+                backoff_ms = (backoff_ms * 2).min(MAX_PREPARE_BACKOFF_MS);
+            }
+        }
+    }
+}
+
+enum Prepare {
+    Retry(String),
+    Fatal(String),
+}
+
+async fn prepare_once(
+    runtime: &EtcdRuntime,
+    target: &Target,
+    shared: &Shared,
+) -> Result<(), Prepare> {
+    let fatal = |e: &dyn std::fmt::Display| Prepare::Fatal(e.to_string());
+    let destination =
+        BackupLocation::parse(&target.backup, &runtime.backup).map_err(|e| fatal(&e))?;
+    let (source, from, started_unix_ms) = match &target.migration {
+        Some(m) => (
+            BackupLocation::parse(&m.source, &runtime.backup).map_err(|e| fatal(&e))?,
+            m.from.clone(),
+            m.started_unix_ms,
+        ),
+        None => (destination.clone(), None, unix_ms()),
+    };
+    let plan = MigrationPlan {
+        control_plane: target.name.clone(),
+        epoch: target.epoch,
+        from: from.clone(),
+        to: runtime.member.clone(),
+        started_unix_ms,
+    };
+    let (progress, progress_rx) = watch::channel(CopyProgress::default());
+    set_copy_progress(shared, progress_rx);
+    shared.report(MigrationStep::Copying, |_| {});
+    let options = CopyOptions {
+        progress: Some(progress),
+        ..CopyOptions::new(&runtime.backup)
+    };
+    let migrated = migrate(&source, &destination, &plan, &options, unix_ms)
+        .await
+        .map_err(|e| match e {
+            MigrateError::Superseded { .. } => Prepare::Fatal(e.to_string()),
+            e if e.is_retryable() => Prepare::Retry(e.to_string()),
+            e => Prepare::Fatal(e.to_string()),
+        })?;
+    let copied = migrated.copy.bytes_copied;
+    // `.final` is stripped in the copy (like `etcdbrctl copy`): remember which were final.
+    let finals: BTreeSet<String> = migrated
+        .copy
+        .copied
+        .iter()
+        .map(|c| (&c.source, &c.destination))
+        .chain(
+            migrated
+                .copy
+                .skipped
+                .iter()
+                .map(|s| (&s.source, &s.destination)),
+        )
+        .filter(|(source, _)| source.name().is_final())
+        .map(|(_, destination)| destination.name().to_string())
+        .collect();
+    if !migrated.copy.copied.is_empty() {
+        tracing::info!(
+            control_plane = %target.name,
+            epoch = target.epoch,
+            "copied {} snapshots ({copied} bytes) from {source} to {destination}",
+            migrated.copy.copied.len()
+        );
+    }
+    shared.report(MigrationStep::Restoring, |r| r.bytes_copied = copied);
+
+    let dir = runtime.epoch_dir(&target.name, target.epoch);
+    let restoring = dir.with_extension("restoring");
+    remove_dir_if_there(&restoring).map_err(|e| fatal(&e))?;
+    std::fs::create_dir_all(&restoring)
+        .map_err(|e| fatal(&format!("cannot create {}: {e}", restoring.display())))?;
+    let tool = RestoreTool::detect(&runtime.bin_dir).map_err(|e| fatal(&e))?;
+    let peer_url = format!("http://127.0.0.1:{}", free_port().map_err(|e| fatal(&e))?);
+    let now = unix_ms();
+    let options = RestoreOptions {
+        data_dir: restoring.join("etcd"),
+        member_name: target.name.clone(),
+        peer_url,
+        tool,
+        now_unix_s: now / 1000,
+        tool_timeout_ms: runtime.settings.restore_timeout_ms,
+    };
+    match restore_newest(&destination.store(), destination.prefix(), &options).await {
+        Ok(restored) => {
+            let is_final =
+                restored.is_final || finals.contains(&restored.snapshot.name().to_string());
+            let window_ms = if is_final {
+                0
+            } else {
+                now.saturating_sub(restored.created_unix_s * 1000)
+            };
+            let mut note = String::new();
+            if !restored.skipped_bad.is_empty() {
+                note = format!(
+                    "skipped {} snapshot(s) that do not verify, newest {}: {}",
+                    restored.skipped_bad.len(),
+                    restored.skipped_bad[0].name,
+                    restored.skipped_bad[0].why
+                );
+                tracing::warn!(control_plane = %target.name, epoch = target.epoch, "{note}");
+            }
+            tracing::info!(
+                control_plane = %target.name,
+                epoch = target.epoch,
+                "restored {} (revision {}, final: {is_final}, data-loss window {window_ms} ms)",
+                restored.snapshot,
+                restored.revision,
+            );
+            shared.report(MigrationStep::Starting, |r| {
+                r.restored = Some(restored.snapshot.to_string());
+                r.data_loss_window_ms = Some(window_ms);
+                r.note = crate::core::error::shorten(&note).to_string();
+            });
+        }
+        Err(RestoreError::NoSnapshot { .. }) if from.is_none() => {
+            // Never served anywhere and nothing to restore: a new, empty etcd.
+            remove_dir_if_there(&restoring.join("etcd")).map_err(|e| fatal(&e))?;
+            create_private_dir(&restoring.join("etcd")).map_err(|e| fatal(&e))?;
+            shared.report(MigrationStep::Starting, |r| {
+                r.data_loss_window_ms = Some(0);
+                r.note = "no snapshot: a new, empty etcd".into();
+            });
+        }
+        Err(RestoreError::NoSnapshot { .. }) => {
+            return Err(Prepare::Retry(format!(
+                "no snapshot in {destination} although {} served it: not starting an empty etcd \
+                 (remove and add the control plane again to start it empty)",
+                from.as_deref().unwrap_or_default()
+            )));
+        }
+        Err(e) if e.is_retryable() => return Err(Prepare::Retry(e.to_string())),
+        Err(e) => return Err(Prepare::Retry(e.to_string())),
+    }
+    // Into place in one rename: a data directory exists only once it is complete.
+    remove_dir_if_there(&dir).map_err(|e| fatal(&e))?;
+    std::fs::rename(&restoring, &dir).map_err(|e| {
+        fatal(&format!(
+            "cannot rename {} to {}: {e}",
+            restoring.display(),
+            dir.display()
+        ))
+    })?;
+    if let Some(parent) = dir.parent() {
+        sync_dir(parent).map_err(|e| fatal(&e))?;
+    }
+    Ok(())
+}
+
+/// Creates `dir` readable by this user only, as etcd wants its data directory.
+fn create_private_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))
+}
+
+fn remove_dir_if_there(dir: &Path) -> Result<(), String> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("cannot remove {}: {e}", dir.display())),
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<(), String> {
+    std::fs::File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| format!("cannot sync {}: {e}", dir.display()))
+}
+
+/// A free TCP port on loopback (the OS picks it; etcd binds it a moment later).
+fn free_port() -> Result<u16, String> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("cannot find a free port on 127.0.0.1: {e}"))
+}
+
+async fn resolve(endpoint: &str) -> Result<SocketAddr, String> {
+    if let Ok(address) = endpoint.parse() {
+        return Ok(address);
+    }
+    tokio::net::lookup_host(endpoint)
+        .await
+        .map_err(|e| format!("cannot resolve endpoint {endpoint}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("endpoint {endpoint} resolves to no address"))
+}
+
+/// Starts etcd on the prepared data, serves it until told to stop, then stops it.
+async fn serve(
+    runtime: &EtcdRuntime,
+    target: &Target,
+    shared: &Shared,
+    deadline: &mut watch::Receiver<u64>,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<Ending, String> {
+    let name = &target.name;
+    let epoch = target.epoch;
+    let public = resolve(&target.endpoint).await?;
+    let client_port = free_port()?;
+    let peer_port = free_port()?;
+    let client_url = format!("http://127.0.0.1:{client_port}");
+    let peer_url = format!("http://127.0.0.1:{peer_port}");
+    let dir = runtime.epoch_dir(name, epoch);
+    let argv: Vec<String> = vec![
+        runtime.bin_dir.join("etcd").display().to_string(),
+        "--name".into(),
+        name.clone(),
+        "--data-dir".into(),
+        dir.join("etcd").display().to_string(),
+        "--listen-client-urls".into(),
+        client_url.clone(),
+        "--advertise-client-urls".into(),
+        client_url.clone(),
+        "--listen-peer-urls".into(),
+        peer_url.clone(),
+        "--initial-advertise-peer-urls".into(),
+        peer_url.clone(),
+        "--initial-cluster".into(),
+        format!("{name}={peer_url}"),
+        "--logger".into(),
+        "zap".into(),
+        "--log-level".into(),
+        "error".into(),
+    ];
+    let env = [
+        ("GARDEN_RING_CONTROL_PLANE", name.clone()),
+        ("GARDEN_RING_EPOCH", epoch.to_string()),
+        ("GARDEN_RING_MEMBER", runtime.member.clone()),
+    ];
+    let deadline_ms = *deadline.borrow();
+    let mut guard = Guard::spawn(
+        &runtime.guard_binary,
+        runtime.fence_ms,
+        &argv,
+        &env,
+        deadline_ms,
+        name,
+        epoch,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+
+    // Wait until etcd answers.
+    let client_options = EtcdClientOptions {
+        connect_timeout_ms: 500,
+        request_timeout_ms: (runtime.lease_ms / 2).max(100),
+        ..EtcdClientOptions::default()
+    };
+    let started = monotonic_ms();
+    let client = loop {
+        if stop.has_changed().unwrap_or(true) && *stop.borrow() {
+            guard.stop(runtime.fence_ms).await;
+            return Ok(Ending::Stopped);
+        }
+        if let Some(status) = guard.exited() {
+            return Err(format!("etcd exited while starting: {status}"));
+        }
+        if deadline.has_changed().unwrap_or(false) {
+            let d = *deadline.borrow_and_update();
+            guard.set_deadline(d).await;
+        }
+        if let Ok(client) = EtcdClient::connect(&client_url, client_options).await
+            && client.status().await.is_ok()
+        {
+            break client;
+        }
+        if monotonic_ms() - started > runtime.settings.start_timeout_ms {
+            guard.stop(runtime.fence_ms).await;
+            return Err(format!(
+                "etcd did not answer on {client_url} within {} ms",
+                runtime.settings.start_timeout_ms
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let gate = match Gate::open(public, SocketAddr::from(([127, 0, 0, 1], client_port))).await {
+        Ok(gate) => gate,
+        Err(e) => {
+            guard.stop(runtime.fence_ms).await;
+            return Err(e.to_string());
+        }
+    };
+    *shared.gate.lock().await = Some(gate);
+    shared.set_phase(InstancePhase::Serving);
+    set_healthy(shared, true);
+    tracing::info!(control_plane = %name, epoch, "etcd serves on {public} (data in {})", dir.display());
+    remove_older_epochs(runtime, name, epoch);
+
+    let own = BackupLocation::parse(&target.backup, &runtime.backup).map_err(|e| e.to_string())?;
+    let interval = Duration::from_millis(runtime.settings.snapshot_interval_ms);
+    let mut next_snapshot = tokio::time::Instant::now();
+    let mut health = tokio::time::interval(Duration::from_millis((runtime.lease_ms / 4).max(50)));
+    health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let margin_ms = runtime.self_fence_margin_ms();
+    let mut deadline_for_guard = deadline.clone();
+    let ending = loop {
+        tokio::select! {
+            _ = stopped(stop) => break Ending::Stopped,
+            _ = lease_runs_out(deadline, margin_ms) => break Ending::LeaseRunningOut,
+            status = guard.wait() => break Ending::Exited(status),
+            changed = deadline_for_guard.changed() => {
+                if changed.is_ok() {
+                    let d = *deadline_for_guard.borrow_and_update();
+                    guard.set_deadline(d).await;
+                }
+            }
+            _ = tokio::time::sleep_until(next_snapshot) => {
+                match snapshot(runtime, target, &client, &own, false).await {
+                    Ok(Ok(taken)) => tracing::debug!(control_plane = %name, epoch, "snapshot {} ({} bytes)", taken.location, taken.stored_size_bytes),
+                    Ok(Err(lost)) => break Ending::Lost(lost),
+                    Err(e) => tracing::warn!(control_plane = %name, epoch, "snapshot failed: {e}"),
+                }
+                next_snapshot = tokio::time::Instant::now() + interval;
+            }
+            _ = health.tick() => {
+                let ok = client.status().await.is_ok();
+                set_healthy(shared, ok);
+            }
+        }
+    };
+
+    // No client reaches etcd from here on.
+    shared.close_gate().await;
+    shared.set_phase(InstancePhase::Stopping);
+    match &ending {
+        Ending::Stopped | Ending::LeaseRunningOut => {
+            match snapshot(runtime, target, &client, &own, true).await {
+                Ok(Ok(taken)) => {
+                    tracing::info!(control_plane = %name, epoch, "final snapshot {} at revision {}", taken.location, taken.revision)
+                }
+                Ok(Err(lost)) => {
+                    tracing::warn!(control_plane = %name, epoch, "no final snapshot: {lost}")
+                }
+                Err(e) => {
+                    tracing::error!(control_plane = %name, epoch, "final snapshot failed: {e}; the newest periodic snapshot is what a new host gets")
+                }
+            }
+        }
+        Ending::Lost(why) => {
+            tracing::error!(control_plane = %name, epoch, "stops serving: {why}");
+        }
+        Ending::Exited(status) => {
+            tracing::warn!(control_plane = %name, epoch, "etcd exited ({status}); no final snapshot")
+        }
+    }
+    guard.stop(runtime.fence_ms).await;
+    Ok(ending)
+}
+
+fn set_copy_progress(shared: &Shared, progress: watch::Receiver<CopyProgress>) {
+    shared.view().copy = Some(progress);
+}
+
+fn set_healthy(shared: &Shared, ok: bool) {
+    shared.view().healthy = ok;
+}
+
+/// Takes a snapshot into `own` if this member still owns it; `Ok(Err(why))` when it lost
+/// ownership (DESIGN.md rule 4).
+async fn snapshot(
+    runtime: &EtcdRuntime,
+    target: &Target,
+    client: &EtcdClient,
+    own: &BackupLocation,
+    final_: bool,
+) -> Result<Result<TakenSnapshot, String>, String> {
+    let store = own.store();
+    let marker = marker::read(&store, own.prefix())
+        .await
+        .map_err(|e| e.to_string())?;
+    if let Ownership::Lost { to, epoch } =
+        Marker::ownership(marker.as_ref(), &runtime.member, target.epoch)
+    {
+        return Ok(Err(format!(
+            "the backups at {own} belong to {to} at epoch {epoch} (this is epoch {}): not uploading",
+            target.epoch
+        )));
+    }
+    take_full_snapshot(
+        client,
+        &store,
+        own.prefix(),
+        unix_ms() / 1000,
+        final_,
+        runtime.settings.compress,
+    )
+    .await
+    .map(Ok)
+    .map_err(|e| e.to_string())
+}
+
+/// Removes the data directories of epochs before `epoch` (their data moved on through the
+/// backups); best effort.
+fn remove_older_epochs(runtime: &EtcdRuntime, name: &str, epoch: u64) {
+    let Ok(entries) = std::fs::read_dir(runtime.data_root.join(name)) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(older) = file_name
+            .to_str()
+            .and_then(|n| n.strip_prefix("epoch-"))
+            .and_then(|n| n.split('.').next())
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        if older < epoch
+            && let Err(e) = std::fs::remove_dir_all(entry.path())
+        {
+            tracing::warn!(
+                control_plane = name,
+                "cannot remove {}: {e}",
+                entry.path().display()
+            );
+        }
+    }
+}

@@ -1,0 +1,582 @@
+//! The `etcd` driver with real processes: three `ringd` on loopback, each running the etcd of
+//! the control planes it hosts (Debian's `etcd-server`), backups in `file://` locations and on
+//! a real S3 API (`moto_server`). A control plane's data follows it when its host is lost or
+//! it is switched over, and an old host that comes back uploads nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use garden_ring::backup::etcd::EtcdClient;
+use garden_ring::backup::layout::list_snapshots;
+use garden_ring::backup::location::BackupLocation;
+use garden_ring::config::{BackupSettings, DriverKind, DriverSettings, EtcdDriverSettings};
+use garden_ring::pb;
+use garden_ring_tests::etcd::{fast, tool};
+use garden_ring_tests::{
+    Ports, Ring, RingOptions, add_control_plane, binary, cps, eventually, status,
+};
+
+const MEMBERS: [&str; 3] = ["a", "b", "c"];
+
+/// A ring whose members run etcd, snapshotting every `snapshot_interval_ms`.
+fn etcd_ring(snapshot_interval_ms: u64, backup: BackupSettings) -> Ring {
+    let bin_dir = tool("etcd").parent().unwrap().to_path_buf();
+    let mut ring = Ring::prepare(RingOptions {
+        driver: DriverSettings {
+            kind: DriverKind::Etcd,
+            guard: Some(binary("ring-guard")),
+            etcd: EtcdDriverSettings {
+                bin_dir: Some(bin_dir),
+                snapshot_interval_ms,
+                start_timeout_ms: 20_000,
+                ..EtcdDriverSettings::default()
+            },
+            ..DriverSettings::default()
+        },
+        ..RingOptions::default()
+    });
+    for p in &mut ring.procs {
+        p.config.backup = backup.clone();
+        p.spawn();
+    }
+    ring
+}
+
+/// One `file://` location per member for control plane `name`.
+fn file_backups(dir: &Path, name: &str) -> BTreeMap<String, String> {
+    MEMBERS
+        .iter()
+        .map(|m| {
+            let path = dir.join("backups").join(m).join(name);
+            std::fs::create_dir_all(&path).unwrap();
+            (m.to_string(), format!("file://{}", path.display()))
+        })
+        .collect()
+}
+
+/// A control plane with a loopback endpoint per member and the given backup locations.
+fn etcd_control_plane(
+    name: &str,
+    host: &str,
+    backup: &str,
+    backups: BTreeMap<String, String>,
+) -> pb::ControlPlaneAddRequest {
+    let ports = Ports::reserve(MEMBERS.len());
+    let endpoints = MEMBERS
+        .iter()
+        .zip(ports.numbers())
+        .map(|(m, port)| (m.to_string(), format!("127.0.0.1:{port}")))
+        .collect();
+    ports.release();
+    pb::ControlPlaneAddRequest {
+        name: name.into(),
+        home: String::new(),
+        dns_name: format!("{name}.{}", garden_ring_tests::TEST_ZONE),
+        endpoints,
+        backup: backup.into(),
+        backups,
+        host: host.into(),
+        reason: "test".into(),
+        prefer: Vec::new(),
+    }
+}
+
+async fn wait_healthy(ring: &Ring) {
+    eventually(
+        Duration::from_secs(20),
+        "every member is healthy",
+        || async {
+            for p in &ring.procs {
+                let s = status(p).await.ok()?;
+                if s.members.len() != ring.procs.len()
+                    || s.members.iter().any(|m| m.health != "healthy")
+                {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+}
+
+/// Waits until `name` runs on a member other than `not_on` (any member when empty) and
+/// returns it.
+async fn running_elsewhere(
+    ring: &Ring,
+    among: &[usize],
+    name: &str,
+    not_on: &str,
+    timeout: Duration,
+) -> pb::ControlPlane {
+    eventually(
+        timeout,
+        &format!("{name} runs on a member other than {not_on:?}"),
+        || async {
+            let cp = cps(ring, among).await.remove(name)?;
+            (cp.phase == "running" && cp.host != not_on && !cp.host.is_empty()).then_some(cp)
+        },
+    )
+    .await
+}
+
+/// A client of the control plane's etcd at `host`'s endpoint.
+async fn etcd_at(cp: &pb::ControlPlane, host: &str) -> EtcdClient {
+    let endpoint = format!("http://{}", cp.endpoints[host]);
+    EtcdClient::connect(&endpoint, fast())
+        .await
+        .unwrap_or_else(|e| panic!("connect to {name} at {endpoint}: {e}", name = cp.name))
+}
+
+/// The full snapshots in `url` (name -> last revision).
+async fn full_snapshots(url: &str, backup: &BackupSettings) -> BTreeMap<String, u64> {
+    let location = BackupLocation::parse(url, backup).unwrap();
+    list_snapshots(&location)
+        .await
+        .unwrap()
+        .snapshots
+        .iter()
+        .map(|s| (s.path.name().to_string(), s.path.name().last_revision()))
+        .collect()
+}
+
+/// Kills a member the way a zone dies: its `ringd`, and the guards and etcds it started.
+fn kill_zone(ring: &mut Ring, i: usize) {
+    ring.procs[i].kill9();
+    let data_root = ring.procs[i].config.data_dir.display().to_string();
+    let _ = std::process::Command::new("pkill")
+        .args(["-9", "-f", &data_root])
+        .status();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_host_s_control_plane_comes_back_with_every_snapshotted_key() {
+    let backup = BackupSettings::default();
+    let mut ring = etcd_ring(500, backup.clone());
+    wait_healthy(&ring).await;
+    let backups = file_backups(ring.dir.path(), "cp1");
+    let req = etcd_control_plane("cp1", "a", &backups["a"], backups.clone());
+    add_control_plane(&ring.client(), req).await.unwrap();
+    let cp = eventually(Duration::from_secs(20), "cp1 runs on a", || async {
+        let cp = cps(&ring, &[0, 1, 2]).await.remove("cp1")?;
+        (cp.phase == "running" && cp.host == "a").then_some(cp)
+    })
+    .await;
+
+    // Keys through the public endpoint; then a snapshot that holds them all.
+    let etcd = etcd_at(&cp, "a").await;
+    let mut written = BTreeSet::new();
+    let mut last_revision = 0;
+    for i in 0..200 {
+        let key = format!("/registry/k{i:04}");
+        last_revision = etcd.put(key.as_bytes(), b"v").await.unwrap();
+        written.insert(key);
+    }
+    let holding = eventually(
+        Duration::from_secs(10),
+        "a snapshot holds every key",
+        || async {
+            full_snapshots(&backups["a"], &backup)
+                .await
+                .into_iter()
+                .find(|(_, revision)| *revision >= last_revision)
+        },
+    )
+    .await;
+    let snapshot_created_s: u64 = holding
+        .0
+        .split('-')
+        .nth(3)
+        .unwrap()
+        .split('.')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    let killed_at = Instant::now();
+    let killed_unix_ms = garden_ring::time::unix_ms();
+    kill_zone(&mut ring, 0);
+    let moved = running_elsewhere(&ring, &[1, 2], "cp1", "a", Duration::from_secs(30)).await;
+    let rto = killed_at.elapsed();
+    let migration = moved.migration.clone().unwrap();
+    assert_eq!(migration.step, "done", "{migration:?}");
+    assert_eq!(migration.from, "a");
+    assert_eq!(migration.source, backups["a"]);
+    assert_eq!(migration.destination, backups[&moved.host]);
+    assert!(!migration.restored.is_empty(), "{migration:?}");
+    let window_ms = migration.data_loss_window_ms.expect("a data-loss window");
+    // The window is the restored snapshot's age when it was restored: at least its age when
+    // the zone died, at most its age now (snapshot names have whole seconds).
+    let age_at_kill_ms = killed_unix_ms.saturating_sub(snapshot_created_s * 1000);
+    let age_now_ms = garden_ring::time::unix_ms() - snapshot_created_s * 1000 + 1000;
+    assert!(
+        window_ms + 1000 >= age_at_kill_ms && window_ms <= age_now_ms,
+        "window {window_ms} ms, snapshot age at the kill {age_at_kill_ms} ms, now {age_now_ms} ms"
+    );
+
+    let etcd = etcd_at(&moved, &moved.host).await;
+    let got: BTreeSet<String> = etcd
+        .get_prefix(b"/registry/")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|kv| String::from_utf8(kv.key).unwrap())
+        .collect();
+    let missing: Vec<_> = written.difference(&got).collect();
+    assert!(missing.is_empty(), "missing after the move: {missing:?}");
+    println!(
+        "zone loss: cp1 a -> {} in {} ms; restored {} ({} keys), data-loss window {window_ms} ms",
+        moved.host,
+        rto.as_millis(),
+        migration.restored,
+        got.len()
+    );
+}
+
+/// Writes keys `/registry/<prefix><i>` through `etcd` until `stop` is set or a write fails;
+/// returns the keys whose writes were acknowledged.
+async fn write_until_refused(
+    etcd: EtcdClient,
+    prefix: &str,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Vec<String> {
+    let mut acked = Vec::new();
+    for i in 0.. {
+        if *stop.borrow() {
+            break;
+        }
+        let key = format!("/registry/{prefix}{i:06}");
+        match etcd.put(key.as_bytes(), b"v").await {
+            Ok(_) => acked.push(key),
+            Err(_) => break,
+        }
+    }
+    acked
+}
+
+async fn keys_at(cp: &pb::ControlPlane, host: &str) -> BTreeSet<String> {
+    etcd_at(cp, host)
+        .await
+        .get_prefix(b"/registry/")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|kv| String::from_utf8(kv.key).unwrap())
+        .collect()
+}
+
+async fn running_on(ring: &Ring, name: &str, host: &str) -> pb::ControlPlane {
+    eventually(
+        Duration::from_secs(20),
+        &format!("{name} runs on {host}"),
+        || async {
+            let cp = cps(ring, &[0, 1, 2]).await.remove(name)?;
+            (cp.phase == "running" && cp.host == host).then_some(cp)
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switchover_loses_no_acknowledged_write() {
+    let backup = BackupSettings::default();
+    // Periodic snapshots far apart: only the final snapshot can carry the last writes.
+    let ring = etcd_ring(600_000, backup.clone());
+    wait_healthy(&ring).await;
+    let backups = file_backups(ring.dir.path(), "cp2");
+    let req = etcd_control_plane("cp2", "a", &backups["a"], backups.clone());
+    add_control_plane(&ring.client(), req).await.unwrap();
+    let cp = running_on(&ring, "cp2", "a").await;
+
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let writer = tokio::spawn(write_until_refused(etcd_at(&cp, "a").await, "s", stopped));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let out = ring.ringctl(&["switchover", "cp2", "--to", "b", "--reason", "test"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let moved = running_on(&ring, "cp2", "b").await;
+    let took = started.elapsed();
+    let _ = stop.send(true);
+    let acked = writer.await.unwrap();
+    assert!(acked.len() > 10, "only {} writes acknowledged", acked.len());
+
+    let got = keys_at(&moved, "b").await;
+    let missing: Vec<_> = acked.iter().filter(|k| !got.contains(*k)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} acknowledged writes missing: {:?}",
+        missing.len(),
+        acked.len(),
+        &missing[..missing.len().min(5)]
+    );
+    let migration = moved.migration.unwrap();
+    // The final snapshot, copied without its `.final` (like `etcdbrctl copy`).
+    let finals = full_snapshots(&backups["a"], &backup).await;
+    let restored_name = migration.restored.rsplit('/').next().unwrap();
+    assert!(
+        finals.contains_key(&format!("{restored_name}.final")),
+        "{migration:?} not from a final snapshot in {finals:?}"
+    );
+    assert_eq!(migration.data_loss_window_ms, Some(0), "{migration:?}");
+    // The old host serves no more.
+    assert!(
+        EtcdClient::connect(&format!("http://{}", moved.endpoints["a"]), fast())
+            .await
+            .is_err(),
+        "a still accepts connections for cp2"
+    );
+    println!(
+        "switchover: cp2 a -> b in {} ms; {} acknowledged writes, all at b; restored {}",
+        took.as_millis(),
+        acked.len(),
+        migration.restored
+    );
+}
+
+/// Puts `file` into `location` under `v2/<name>`.
+async fn put_snapshot(location: &BackupLocation, name: &str, file: &Path) {
+    use garden_ring::backup::object_store::{ObjectStoreExt, PutPayload};
+    let key = format!("{}/v2/{name}", location.prefix().as_ref());
+    let bytes = std::fs::read(file).unwrap();
+    location
+        .store()
+        .put(&key.as_str().into(), PutPayload::from(bytes))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_written_by_etcd_backup_restore_is_migrated_and_restored() {
+    let dir = tempfile::tempdir().unwrap();
+    let moto = garden_ring_tests::s3::Moto::start(dir.path());
+    moto.create_bucket("etcdbr");
+    let backup = moto.settings(&moto.endpoint());
+
+    // etcd-backup-restore's bucket: a full snapshot, a newer gzipped one, and a delta after it,
+    // named as etcdbrctl names them; the snapshots are etcdctl's (the same bytes as etcd's
+    // snapshot API, sha256 trailer included).
+    let mut source = garden_ring_tests::etcd::Etcd::start(dir.path(), "source").await;
+    let fixture = BackupLocation::parse("s3://etcdbr/shoot--dev--x/etcd-main", &backup).unwrap();
+    let save = |file: &Path| {
+        let out = std::process::Command::new(tool("etcdctl"))
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &source.spec.client_url(), "snapshot", "save"])
+            .arg(file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let mut revision = 0;
+    for i in 0..50 {
+        revision = source.put(&format!("/registry/old{i:03}"), "v").await;
+    }
+    let older = dir.path().join("older.db");
+    save(&older);
+    put_snapshot(
+        &fixture,
+        &format!("Full-00000000-{revision:08}-1700000000"),
+        &older,
+    )
+    .await;
+    for i in 0..100 {
+        revision = source.put(&format!("/registry/new{i:03}"), "v").await;
+    }
+    let newer = dir.path().join("newer.db");
+    save(&newer);
+    let gz = std::process::Command::new("gzip")
+        .arg("-k")
+        .arg(&newer)
+        .status()
+        .unwrap();
+    assert!(gz.success());
+    let newest_name = format!("Full-00000000-{revision:08}-1700000100.gz");
+    put_snapshot(&fixture, &newest_name, &newer.with_extension("db.gz")).await;
+    put_snapshot(
+        &fixture,
+        &format!(
+            "Incr-{:08}-{:08}-1700000160.gz",
+            revision + 1,
+            revision + 10
+        ),
+        &newer.with_extension("db.gz"),
+    )
+    .await;
+    source.stop();
+
+    let ring = etcd_ring(600_000, backup.clone());
+    wait_healthy(&ring).await;
+    let backups = file_backups(ring.dir.path(), "cp3");
+    let req = etcd_control_plane("cp3", "b", fixture.url(), backups.clone());
+    add_control_plane(&ring.client(), req).await.unwrap();
+    let cp = running_on(&ring, "cp3", "b").await;
+    let migration = cp.migration.clone().unwrap();
+    assert_eq!(migration.source, fixture.url());
+    assert!(migration.restored.ends_with(&newest_name), "{migration:?}");
+    assert!(migration.bytes_copied > 0, "{migration:?}");
+
+    let got = keys_at(&cp, "b").await;
+    assert_eq!(got.len(), 150, "{got:?}");
+    assert!(got.contains("/registry/old049") && got.contains("/registry/new099"));
+    // The copy kept etcd-backup-restore's names.
+    let copied = full_snapshots(&backups["b"], &backup).await;
+    assert!(copied.contains_key(&newest_name), "{copied:?}");
+    assert!(
+        copied
+            .keys()
+            .any(|n| n.starts_with("Full-00000000-") && n.ends_with("-1700000000")),
+        "{copied:?}"
+    );
+    println!(
+        "etcd-backup-restore bucket: restored {} with {} keys; {} bytes copied",
+        migration.restored,
+        got.len(),
+        migration.bytes_copied
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_store_outage_during_a_migration_delays_it_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let moto = garden_ring_tests::s3::Moto::start(dir.path());
+    for m in MEMBERS {
+        moto.create_bucket(&format!("zone-{m}"));
+    }
+    let proxy = garden_ring_tests::s3::Proxy::start(moto.addr());
+    let backup = moto.settings(&proxy.endpoint());
+    let mut ring = etcd_ring(300, backup.clone());
+    wait_healthy(&ring).await;
+    let backups: BTreeMap<String, String> = MEMBERS
+        .iter()
+        .map(|m| (m.to_string(), format!("s3://zone-{m}/cp4")))
+        .collect();
+    let req = etcd_control_plane("cp4", "a", &backups["a"], backups.clone());
+    add_control_plane(&ring.client(), req).await.unwrap();
+    let cp = running_on(&ring, "cp4", "a").await;
+    let etcd = etcd_at(&cp, "a").await;
+    let mut last_revision = 0;
+    let mut written = BTreeSet::new();
+    for i in 0..100 {
+        let key = format!("/registry/o{i:03}");
+        last_revision = etcd.put(key.as_bytes(), b"v").await.unwrap();
+        written.insert(key);
+    }
+    eventually(
+        Duration::from_secs(10),
+        "a snapshot holds every key",
+        || async {
+            full_snapshots(&backups["a"], &backup)
+                .await
+                .into_values()
+                .any(|r| r >= last_revision)
+                .then_some(())
+        },
+    )
+    .await;
+
+    proxy.cut();
+    kill_zone(&mut ring, 0);
+    // The new host is assigned and tries; the ring shows why it waits.
+    let waiting = eventually(
+        Duration::from_secs(30),
+        "the migration reports the outage",
+        || async {
+            let cp = cps(&ring, &[1, 2]).await.remove("cp4")?;
+            let m = cp.migration?;
+            (m.from == "a" && m.step == "copying" && m.note.contains("retrying")).then_some(m)
+        },
+    )
+    .await;
+    assert_ne!(waiting.to, "a");
+    let outage_ends = Instant::now();
+    proxy.restore();
+    let moved = running_elsewhere(&ring, &[1, 2], "cp4", "a", Duration::from_secs(30)).await;
+    let got = keys_at(&moved, &moved.host).await;
+    let missing: Vec<_> = written.difference(&got).collect();
+    assert!(missing.is_empty(), "missing after the move: {missing:?}");
+    println!(
+        "object store outage: the migration waited ({:?}), then finished {} ms after the store returned; {} keys at {}",
+        waiting.note,
+        outage_ends.elapsed().as_millis(),
+        got.len(),
+        moved.host
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_returning_old_host_uploads_nothing_and_stays_fenced() {
+    use nix::sys::signal::Signal;
+    let backup = BackupSettings::default();
+    let ring = etcd_ring(200, backup.clone());
+    wait_healthy(&ring).await;
+    let backups = file_backups(ring.dir.path(), "cp5");
+    let req = etcd_control_plane("cp5", "a", &backups["a"], backups.clone());
+    add_control_plane(&ring.client(), req).await.unwrap();
+    let cp = running_on(&ring, "cp5", "a").await;
+    etcd_at(&cp, "a")
+        .await
+        .put(b"/registry/x", b"v")
+        .await
+        .unwrap();
+
+    // Freeze the whole zone: ringd, its guard and etcd.
+    let data_root = ring.procs[0].config.data_dir.display().to_string();
+    ring.procs[0].signal(Signal::SIGSTOP);
+    let stop_all = |signal: &str| {
+        let _ = std::process::Command::new("pkill")
+            .args([signal, "-f", &data_root])
+            .status();
+    };
+    stop_all("-STOP");
+    let moved = running_elsewhere(&ring, &[1, 2], "cp5", "a", Duration::from_secs(30)).await;
+    let before = full_snapshots(&backups["a"], &backup).await;
+
+    stop_all("-CONT");
+    ring.procs[0].signal(Signal::SIGCONT);
+    // The old host wakes up past its lease: its instance ends without uploading.
+    eventually(
+        Duration::from_secs(10),
+        "a's etcd instance ended",
+        || async {
+            ring.procs[0]
+                .log()
+                .contains("etcd instance ended")
+                .then_some(())
+        },
+    )
+    .await;
+    let after = full_snapshots(&backups["a"], &backup).await;
+    assert_eq!(before, after, "a uploaded after it lost cp5");
+    assert!(
+        !ring.procs[0].log().contains("final snapshot v2/"),
+        "{}",
+        ring.procs[0].log()
+    );
+    assert!(
+        EtcdClient::connect(&format!("http://{}", moved.endpoints["a"]), fast())
+            .await
+            .is_err(),
+        "a still accepts connections for cp5"
+    );
+    // And it stays so: a is healthy again, cp5 stays at its new host.
+    wait_healthy(&ring).await;
+    let now = cps(&ring, &[1, 2]).await.remove("cp5").unwrap();
+    assert_eq!(
+        (now.host.as_str(), now.epoch),
+        (moved.host.as_str(), moved.epoch)
+    );
+    println!(
+        "returning host: a found {} snapshots unchanged; cp5 stays on {}",
+        after.len(),
+        moved.host
+    );
+}
