@@ -22,8 +22,8 @@ use serde::Serialize;
 use crate::admin::AdminClient;
 use crate::client_config::ClientConfig;
 use crate::config::{
-    Config, DnsSettings, DriverSettings, InitialMember, LogSettings, PlacementSettings,
-    SnapshotSettings, Timing, TlsSettings,
+    Config, DnsSettings, DriverKind, DriverSettings, EtcdDriverSettings, InitialMember,
+    LogSettings, PlacementSettings, SnapshotSettings, Timing, TlsSettings,
 };
 use crate::pb;
 use crate::tls::{Identity, Role, Security, TlsFiles, certs};
@@ -123,6 +123,21 @@ pub struct DemoOptions {
     pub samples: bool,
     /// Run without TLS.
     pub insecure: bool,
+    /// Run the control planes' etcd with the `etcd` driver, from this directory (the
+    /// `none` driver when unset).
+    pub etcd_bin_dir: Option<PathBuf>,
+}
+
+/// How often the demo snapshots each control plane's etcd, in ms.
+pub const DEMO_SNAPSHOT_INTERVAL_MS: u64 = 5_000;
+
+/// The directory of the first `etcd` on `PATH` that has `etcdctl` or `etcdutl` beside it.
+pub fn find_etcd() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).find(|dir| {
+        dir.join("etcd").is_file()
+            && (dir.join("etcdctl").is_file() || dir.join("etcdutl").is_file())
+    })
 }
 
 /// Makes (or reuses) the demo's certificates in `dir/certs`: a CA, one certificate per member,
@@ -353,7 +368,18 @@ impl Demo {
                     min_move_interval_ms: 10_000,
                     capacity: 0,
                 },
-                driver: DriverSettings::default(),
+                driver: match &opts.etcd_bin_dir {
+                    Some(bin_dir) => DriverSettings {
+                        kind: DriverKind::Etcd,
+                        etcd: EtcdDriverSettings {
+                            bin_dir: Some(bin_dir.clone()),
+                            snapshot_interval_ms: DEMO_SNAPSHOT_INTERVAL_MS,
+                            ..EtcdDriverSettings::default()
+                        },
+                        ..DriverSettings::default()
+                    },
+                    None => DriverSettings::default(),
+                },
             };
             config
                 .validate()
@@ -481,8 +507,10 @@ impl Demo {
     async fn add_samples(&self) -> Result<(), DemoError> {
         let client = self.client();
         let mut last_index = 0;
-        for m in &self.members {
+        for (i, m) in self.members.iter().enumerate() {
             let name = format!("cp-{}", m.name);
+            // Member j serves control plane i on its admin port + 5 + i: one port per control
+            // plane and member, so the etcd driver's gates never collide.
             let endpoints: BTreeMap<String, String> = self
                 .members
                 .iter()
@@ -493,7 +521,8 @@ impl Demo {
                         .next()
                         .and_then(|p| p.parse::<u16>().ok())
                         .unwrap_or(0);
-                    (other.name.clone(), format!("127.0.0.1:{}", port + 5))
+                    let offset = 5 + u16::try_from(i).expect("at most MAX_DEMO_MEMBERS");
+                    (other.name.clone(), format!("127.0.0.1:{}", port + offset))
                 })
                 .collect();
             let req = pb::ControlPlaneAddRequest {
@@ -614,6 +643,76 @@ pub fn stop_detached(dir: &Path, grace: Duration) -> Vec<String> {
         let _ = std::fs::remove_file(dir.join(name).join("ringd.pid"));
     }
     running.into_iter().map(|(n, _)| n).collect()
+}
+
+/// Fails a zone of the demo in `dir` the way a zone dies: SIGKILL to its member's `ringd` and
+/// to every process started for it (the guards and the etcds of the control planes it hosts).
+/// `zone` is a zone (`zone-a`) or a member name (`a`). Returns what was killed, as
+/// `(what, pid)`.
+pub fn fail_zone(dir: &Path, zone: &str) -> Result<Vec<(String, i32)>, DemoError> {
+    let member = zone.strip_prefix("zone-").unwrap_or(zone);
+    let home = dir.join(member);
+    if member.is_empty() || !home.join("ringd.toml").is_file() {
+        return Err(DemoError::Options(format!(
+            "{} has no demo member for zone {zone:?} (zones are zone-a, zone-b, ...)",
+            dir.display()
+        )));
+    }
+    let running = running_pids(dir);
+    let ringd = running
+        .iter()
+        .find(|(name, _)| name == member)
+        .map(|(_, pid)| *pid);
+    let mut killed = Vec::new();
+    let kill = |pid: i32| {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .is_ok()
+    };
+    if let Some(pid) = ringd
+        && kill(pid)
+    {
+        killed.push((format!("ringd {member}"), pid));
+    }
+    // Whatever runs with a path inside the member's directory: its guards and etcds.
+    let marker = format!("{}/", home.display());
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            if Some(pid) == ringd {
+                continue;
+            }
+            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+                continue;
+            };
+            let args: Vec<String> = cmdline
+                .split(|b| *b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            if args.iter().any(|a| a.starts_with(&marker)) && kill(pid) {
+                let program = args
+                    .first()
+                    .map(|a| a.rsplit('/').next().unwrap_or(a).to_string());
+                killed.push((program.unwrap_or_default(), pid));
+            }
+        }
+    }
+    let _ = std::fs::remove_file(home.join("ringd.pid"));
+    if killed.is_empty() {
+        return Err(DemoError::Options(format!(
+            "nothing of zone {zone} runs in {}",
+            dir.display()
+        )));
+    }
+    Ok(killed)
 }
 
 fn registered_voters(s: &pb::StatusResponse) -> usize {

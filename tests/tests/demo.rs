@@ -7,8 +7,9 @@ use std::time::Duration;
 use garden_ring_tests::{binary, eventually, ringctl};
 use serde_json::Value;
 
-/// A base port with the nine ports of a three-member demo free (base+10i: admin, +1: peer,
-/// +3: DNS). Bases are multiples of 30 apart, so demos of concurrent tests never overlap.
+/// A base port with the ports of a three-member demo free (base+10i: admin, +1: peer, +3: DNS,
+/// +5..+7: the sample control planes' endpoints). Bases are multiples of 30 apart, so demos of
+/// concurrent tests never overlap.
 fn free_base() -> u16 {
     for attempt in 0..200u32 {
         let slot = (std::process::id() + attempt * 37) % 1_000;
@@ -19,6 +20,7 @@ fn free_base() -> u16 {
                 && TcpListener::bind(("127.0.0.1", admin + 1)).is_ok()
                 && TcpListener::bind(("127.0.0.1", admin + 3)).is_ok()
                 && std::net::UdpSocket::bind(("127.0.0.1", admin + 3)).is_ok()
+                && (5..8).all(|p| TcpListener::bind(("127.0.0.1", admin + p)).is_ok())
         });
         if free {
             return base;
@@ -247,4 +249,127 @@ async fn attached_demo_stops_its_members_on_ctrl_c() {
     for pid in pids {
         assert!(!alive(pid), "member {pid} stopped with the demo");
     }
+}
+
+fn ringctl_json(client_config: &std::path::Path, args: &[&str]) -> Value {
+    let out = Command::new(binary("ringctl"))
+        .args(args)
+        .args(["--output", "json"])
+        .env("RINGCTL_CONFIG", client_config)
+        .env_remove("RINGCTL_ENDPOINTS")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ringctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The demo with real etcd: a key written to a sample control plane survives
+/// `ringctl demo fail-zone` of its host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_fail_zone_moves_an_etcd_control_plane_with_its_data() {
+    use garden_ring::backup::etcd::EtcdClient;
+    let dir = tempfile::tempdir().unwrap();
+    let base = free_base();
+    let out = Command::new(binary("ringctl"))
+        .args(["demo", "--detach", "--driver", "etcd", "--output", "json"])
+        .args(["--base-port", &base.to_string(), "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let demo: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let client_config = std::path::PathBuf::from(demo["client_config"].as_str().unwrap());
+    let cp_a = || {
+        let s = ringctl_json(&client_config, &["status"]);
+        s["control_planes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "cp-a")
+            .cloned()
+            .unwrap()
+    };
+    let cp = eventually(Duration::from_secs(30), "cp-a runs", || async {
+        let cp = cp_a();
+        (cp["phase"] == "running").then_some(cp)
+    })
+    .await;
+    let host = cp["host"].as_str().unwrap().to_string();
+    let got = ringctl_json(&client_config, &["cp", "get", "cp-a"]);
+    let endpoint = |member: &str| format!("http://{}", got["endpoints"][member].as_str().unwrap());
+    let etcd = EtcdClient::connect(&endpoint(&host), garden_ring_tests::etcd::fast())
+        .await
+        .unwrap();
+    let revision = etcd.put(b"/registry/demo", b"kept").await.unwrap();
+    // The next periodic snapshot (every 5 s in the demo) holds it.
+    let zone_dir = dir
+        .path()
+        .join("backups")
+        .join(format!("zone-{host}"))
+        .join("cp-a")
+        .join("v2");
+    eventually(
+        Duration::from_secs(15),
+        "a snapshot holds the key",
+        || async {
+            std::fs::read_dir(&zone_dir).ok()?.flatten().find_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let last: u64 = name.split('-').nth(2)?.parse().ok()?;
+                (last >= revision).then_some(())
+            })
+        },
+    )
+    .await;
+
+    let failed = Command::new(binary("ringctl"))
+        .args(["demo", "fail-zone", &format!("zone-{host}"), "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        failed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&failed.stderr)
+    );
+    let said = String::from_utf8_lossy(&failed.stdout);
+    assert!(
+        said.contains("killed ringd") && said.contains("etcd"),
+        "{said}"
+    );
+
+    let moved = eventually(Duration::from_secs(30), "cp-a runs elsewhere", || async {
+        let cp = cp_a();
+        (cp["phase"] == "running" && cp["host"] != host.as_str()).then_some(cp)
+    })
+    .await;
+    let new_host = moved["host"].as_str().unwrap();
+    let etcd = EtcdClient::connect(&endpoint(new_host), garden_ring_tests::etcd::fast())
+        .await
+        .unwrap();
+    let kv = etcd
+        .get(b"/registry/demo")
+        .await
+        .unwrap()
+        .expect("the key survived");
+    assert_eq!(kv.value, b"kept");
+    // A zone that does not exist is a clear error.
+    let bad = Command::new(binary("ringctl"))
+        .args(["demo", "fail-zone", "zone-x", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("no demo member for zone"));
+    let _ = Command::new(binary("ringctl"))
+        .args(["demo", "--stop", "--dir"])
+        .arg(dir.path())
+        .output();
 }

@@ -373,6 +373,37 @@ struct DemoArgs {
     /// The ringd binary (default: the one next to ringctl, else ringd on PATH).
     #[arg(long)]
     ringd: Option<PathBuf>,
+    /// How the members run the sample control planes: `etcd` runs a real etcd per control
+    /// plane (snapshots, migration and restore on failover); `none` runs nothing; `auto` is
+    /// `etcd` when an etcd (with etcdctl or etcdutl) is on PATH.
+    #[arg(long, value_enum, default_value_t = DemoDriver::Auto)]
+    driver: DemoDriver,
+    #[command(subcommand)]
+    action: Option<DemoAction>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum DemoDriver {
+    Auto,
+    Etcd,
+    None,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum DemoAction {
+    /// Fail a zone of a running demo the way a zone dies: SIGKILL to its ringd and to the
+    /// etcds and guards it started. The ring notices within member_lost_ms (2 s in the demo),
+    /// moves the zone's control planes, restores their data from the newest snapshot and
+    /// switches DNS; watch it with `ringctl status` or the live view. To bring the zone back,
+    /// stop the demo (`--stop`) and start it again with the same `--dir`: the member rejoins,
+    /// and nothing moves back on its own.
+    FailZone {
+        /// The zone (`zone-a`) or member name (`a`).
+        zone: String,
+        /// The demo's directory.
+        #[arg(long)]
+        dir: PathBuf,
+    },
 }
 
 /// Endpoints and transport security from flags, environment and the client config file.
@@ -924,6 +955,29 @@ const INTERRUPTED: &str =
     "interrupted while the ring was starting; the members started so far were stopped";
 
 async fn demo(args: DemoArgs, out: Output, insecure: bool) -> Result<(), Failure> {
+    if let Some(DemoAction::FailZone { zone, dir }) = &args.action {
+        let killed = garden_ring::demo::fail_zone(dir, zone).map_err(|e| Failure(e.to_string()))?;
+        match out {
+            Output::Json => say(&serde_json::to_string_pretty(&serde_json::json!({
+                "zone": zone,
+                "killed": killed
+                    .iter()
+                    .map(|(what, pid)| serde_json::json!({"process": what, "pid": pid}))
+                    .collect::<Vec<_>>(),
+            }))
+            .expect("serializable")),
+            Output::Table => {
+                for (what, pid) in &killed {
+                    println!("killed {what} (pid {pid})");
+                }
+                println!(
+                    "\nwatch: RINGCTL_CONFIG={} ringctl status",
+                    dir.join("ringctl.toml").display()
+                );
+            }
+        }
+        return Ok(());
+    }
     if args.stop {
         let dir = args.dir.expect("clap requires --dir with --stop");
         let stopped = garden_ring::demo::stop_detached(&dir, Duration::from_secs(10));
@@ -944,6 +998,16 @@ async fn demo(args: DemoArgs, out: Output, insecure: bool) -> Result<(), Failure
         timeout: Duration::from_secs(30),
         samples: !args.no_samples,
         insecure,
+        etcd_bin_dir: match args.driver {
+            DemoDriver::None => None,
+            DemoDriver::Auto => garden_ring::demo::find_etcd(),
+            DemoDriver::Etcd => Some(garden_ring::demo::find_etcd().ok_or_else(|| {
+                Failure(
+                    "--driver etcd: no etcd with etcdctl or etcdutl on PATH (on Debian: apt-get install etcd-server etcd-client)"
+                        .into(),
+                )
+            })?),
+        },
     };
     // Handlers first: a Ctrl-C while the ring starts must stop the members already started
     // (they run in their own process group), not leave them behind.
@@ -986,6 +1050,10 @@ async fn demo(args: DemoArgs, out: Output, insecure: bool) -> Result<(), Failure
                     "\ntry:  RINGCTL_CONFIG={} ringctl status",
                     demo.client_config.display()
                 );
+                println!(
+                    "fail a zone: ringctl demo fail-zone zone-a --dir {}",
+                    demo.dir.display()
+                );
                 println!("stop: ringctl demo --stop --dir {}", demo.dir.display());
             }
         }
@@ -1011,7 +1079,10 @@ async fn demo(args: DemoArgs, out: Output, insecure: bool) -> Result<(), Failure
                 if tty {
                     print!("\x1b[2J\x1b[H");
                 }
-                println!("garden-ring demo in {} (Ctrl-C stops it)\n\n{text}\n", demo.dir.display());
+                println!(
+                    "garden-ring demo in {dir} (Ctrl-C stops it; fail a zone from another shell: ringctl demo fail-zone zone-a --dir {dir})\n\n{text}\n",
+                    dir = demo.dir.display()
+                );
             }
         }
     }
