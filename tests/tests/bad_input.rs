@@ -486,6 +486,74 @@ fn ringd_refuses_bad_configs_with_one_clear_line() {
 }
 
 #[test]
+fn ringd_refuses_bad_etcd_driver_settings_with_one_clear_line() {
+    use garden_ring::config::DriverKind;
+    let dir = tempfile::tempdir().unwrap();
+    let good = lone_member_config(dir.path());
+    let etcd_dir = garden_ring_tests::etcd::tool("etcd")
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let mut cfg = good.clone();
+    cfg.driver.kind = DriverKind::Etcd;
+    cfg.driver.etcd.bin_dir = Some(etcd_dir);
+    let p = write_config(dir.path(), "etcd-good.toml", &cfg.to_toml());
+    let out = ringd(&["--check-config", "--config", &p]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A directory without etcd in it.
+    let empty = dir.path().join("no-etcd");
+    std::fs::create_dir_all(&empty).unwrap();
+    let mut bad = cfg.clone();
+    bad.driver.etcd.bin_dir = Some(empty.clone());
+    let p = write_config(dir.path(), "etcd-missing.toml", &bad.to_toml());
+    refused(
+        ringd(&["--check-config", "--config", &p]),
+        "config driver.etcd.bin_dir: ",
+    );
+    // etcd without a tool to restore snapshots with.
+    std::fs::write(empty.join("etcd"), b"#!/bin/sh\n").unwrap();
+    let p = write_config(dir.path(), "etcd-no-restore.toml", &bad.to_toml());
+    refused(
+        ringd(&["--check-config", "--config", &p]),
+        "neither etcdutl (etcd 3.5+) nor etcdctl",
+    );
+    for (field, value) in [
+        ("snapshot_interval_ms", "0"),
+        ("snapshot_interval_ms", "99999999999"),
+        ("start_timeout_ms", "0"),
+        ("restore_timeout_ms", "0"),
+    ] {
+        let text = cfg.to_toml().replace(
+            &format!(
+                "{field} = {}",
+                match field {
+                    "snapshot_interval_ms" => cfg.driver.etcd.snapshot_interval_ms,
+                    "start_timeout_ms" => cfg.driver.etcd.start_timeout_ms,
+                    _ => cfg.driver.etcd.restore_timeout_ms,
+                }
+            ),
+            &format!("{field} = {value}"),
+        );
+        let p = write_config(dir.path(), &format!("etcd-{field}-{value}.toml"), &text);
+        refused(
+            ringd(&["--check-config", "--config", &p]),
+            &format!("config driver.etcd.{field}: {value} must be between"),
+        );
+    }
+    let text = cfg.to_toml().replace("compress = false", "compres = false");
+    let p = write_config(dir.path(), "etcd-typo.toml", &text);
+    refused(
+        ringd(&["--check-config", "--config", &p]),
+        "unknown field `compres`",
+    );
+}
+
+#[test]
 fn ringd_refuses_bad_dns_settings_and_key_files_with_one_clear_line() {
     use garden_ring::config::{DnsProvider, Rfc2136Settings};
     let dir = tempfile::tempdir().unwrap();
