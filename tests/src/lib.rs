@@ -702,10 +702,8 @@ pub async fn cps(ring: &Ring, among: &[usize]) -> BTreeMap<String, pb::ControlPl
     panic!("no member of {among:?} answers");
 }
 
-/// Adds `names` (with the given home and host) and waits until all run. First waits until the
-/// leader judged every member healthy: on a loaded machine a member slow to start can be judged
-/// lost, and its control planes would move before the test begins.
-pub async fn add_running(ring: &Ring, specs: &[(&str, Option<&str>, Option<&str>)]) {
+/// Waits (at most 20 s) until every member sees every member healthy.
+pub async fn wait_all_healthy(ring: &Ring) {
     eventually(
         Duration::from_secs(20),
         "every member is healthy",
@@ -722,6 +720,13 @@ pub async fn add_running(ring: &Ring, specs: &[(&str, Option<&str>, Option<&str>
         },
     )
     .await;
+}
+
+/// Adds `names` (with the given home and host) and waits until all run. First waits until the
+/// leader judged every member healthy: on a loaded machine a member slow to start can be judged
+/// lost, and its control planes would move before the test begins.
+pub async fn add_running(ring: &Ring, specs: &[(&str, Option<&str>, Option<&str>)]) {
+    wait_all_healthy(ring).await;
     for (name, home, host) in specs {
         let mut req = control_plane(name, *home);
         req.host = host.unwrap_or_default().to_string();

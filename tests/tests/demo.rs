@@ -86,18 +86,7 @@ async fn detached_demo_reports_its_members_and_stops() {
         dir.path().canonicalize().unwrap().join("ringctl.toml")
     );
     assert_eq!(demo["tls"], true);
-    let out = Command::new(binary("ringctl"))
-        .args(["status", "--output", "json"])
-        .env("RINGCTL_CONFIG", &client_config)
-        .env_remove("RINGCTL_ENDPOINTS")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = ringctl_json(&client_config, &["status"]);
     assert!(
         s["tls"]["identity"]
             .as_str()

@@ -14,7 +14,7 @@ use garden_ring::config::{BackupSettings, DriverKind, DriverSettings, EtcdDriver
 use garden_ring::pb;
 use garden_ring_tests::etcd::{fast, tool};
 use garden_ring_tests::{
-    Ports, Ring, RingOptions, add_control_plane, binary, cps, eventually, status,
+    Ports, Ring, RingOptions, add_control_plane, binary, cps, eventually, wait_all_healthy,
 };
 
 const MEMBERS: [&str; 3] = ["a", "b", "c"];
@@ -82,25 +82,6 @@ fn etcd_control_plane(
     }
 }
 
-async fn wait_healthy(ring: &Ring) {
-    eventually(
-        Duration::from_secs(20),
-        "every member is healthy",
-        || async {
-            for p in &ring.procs {
-                let s = status(p).await.ok()?;
-                if s.members.len() != ring.procs.len()
-                    || s.members.iter().any(|m| m.health != "healthy")
-                {
-                    return None;
-                }
-            }
-            Some(())
-        },
-    )
-    .await;
-}
-
 /// Waits until `name` runs on a member other than `not_on` (any member when empty) and
 /// returns it.
 async fn running_elsewhere(
@@ -154,7 +135,7 @@ fn kill_zone(ring: &mut Ring, i: usize) {
 async fn a_lost_host_s_control_plane_comes_back_with_every_snapshotted_key() {
     let backup = BackupSettings::default();
     let mut ring = etcd_ring(500, backup.clone());
-    wait_healthy(&ring).await;
+    wait_all_healthy(&ring).await;
     let backups = file_backups(ring.dir.path(), "cp1");
     let req = etcd_control_plane("cp1", "a", &backups["a"], backups.clone());
     add_control_plane(&ring.client(), req).await.unwrap();
@@ -284,7 +265,7 @@ async fn a_switchover_loses_no_acknowledged_write() {
     let backup = BackupSettings::default();
     // Periodic snapshots far apart: only the final snapshot can carry the last writes.
     let ring = etcd_ring(600_000, backup.clone());
-    wait_healthy(&ring).await;
+    wait_all_healthy(&ring).await;
     let backups = file_backups(ring.dir.path(), "cp2");
     let req = etcd_control_plane("cp2", "a", &backups["a"], backups.clone());
     add_control_plane(&ring.client(), req).await.unwrap();
@@ -319,9 +300,12 @@ async fn a_switchover_loses_no_acknowledged_write() {
     // The final snapshot, copied without its `.final` (like `etcdbrctl copy`).
     let finals = full_snapshots(&backups["a"], &backup).await;
     let restored_name = migration.restored.rsplit('/').next().unwrap();
+    let a_log = ring.procs[0].log();
+    let cp2_log: Vec<&str> = a_log.lines().filter(|l| l.contains("cp2")).collect();
     assert!(
         finals.contains_key(&format!("{restored_name}.final")),
-        "{migration:?} not from a final snapshot in {finals:?}"
+        "{migration:?} not from a final snapshot in {finals:?}; a's log:\n{}",
+        cp2_log.join("\n")
     );
     assert_eq!(migration.data_loss_window_ms, Some(0), "{migration:?}");
     // The old host serves no more.
@@ -414,7 +398,7 @@ async fn a_bucket_written_by_etcd_backup_restore_is_migrated_and_restored() {
     source.stop();
 
     let ring = etcd_ring(600_000, backup.clone());
-    wait_healthy(&ring).await;
+    wait_all_healthy(&ring).await;
     let backups = file_backups(ring.dir.path(), "cp3");
     let req = etcd_control_plane("cp3", "b", fixture.url(), backups.clone());
     add_control_plane(&ring.client(), req).await.unwrap();
@@ -454,7 +438,7 @@ async fn an_object_store_outage_during_a_migration_delays_it_and_loses_nothing()
     let proxy = garden_ring_tests::s3::Proxy::start(moto.addr());
     let backup = moto.settings(&proxy.endpoint());
     let mut ring = etcd_ring(300, backup.clone());
-    wait_healthy(&ring).await;
+    wait_all_healthy(&ring).await;
     let backups: BTreeMap<String, String> = MEMBERS
         .iter()
         .map(|m| (m.to_string(), format!("s3://zone-{m}/cp4")))
@@ -517,7 +501,7 @@ async fn a_returning_old_host_uploads_nothing_and_stays_fenced() {
     use nix::sys::signal::Signal;
     let backup = BackupSettings::default();
     let ring = etcd_ring(200, backup.clone());
-    wait_healthy(&ring).await;
+    wait_all_healthy(&ring).await;
     let backups = file_backups(ring.dir.path(), "cp5");
     let req = etcd_control_plane("cp5", "a", &backups["a"], backups.clone());
     add_control_plane(&ring.client(), req).await.unwrap();
@@ -568,7 +552,7 @@ async fn a_returning_old_host_uploads_nothing_and_stays_fenced() {
         "a still accepts connections for cp5"
     );
     // And it stays so: a is healthy again, cp5 stays at its new host.
-    wait_healthy(&ring).await;
+    wait_all_healthy(&ring).await;
     let now = cps(&ring, &[1, 2]).await.remove("cp5").unwrap();
     assert_eq!(
         (now.host.as_str(), now.epoch),

@@ -227,10 +227,15 @@ impl EtcdInstance {
         view.phase == InstancePhase::Serving && view.healthy
     }
 
-    /// The migration report while preparing (none otherwise).
+    /// The migration report while preparing, and the last one while serving (so the ring
+    /// records the snapshot restored and the data-loss window even when the whole preparation
+    /// fell between two renewals); none otherwise.
     pub fn migration_report(&self) -> Option<MigrationReport> {
         let view = self.shared.view();
-        if view.phase != InstancePhase::Preparing {
+        if !matches!(
+            view.phase,
+            InstancePhase::Preparing | InstancePhase::Serving
+        ) {
             return None;
         }
         let mut report = view.report.clone()?;

@@ -139,19 +139,8 @@ fn decide_one(
         }
         Phase::Starting => {
             let host = cp.host.as_ref()?;
-            if obs
-                .serving
-                .contains(&(cp.name.clone(), cp.epoch, host.clone()))
-            {
-                return Some(Decision {
-                    command: Command::ReportServing {
-                        name: cp.name.clone(),
-                        epoch: cp.epoch,
-                        member: host.clone(),
-                    },
-                    reason: format!("{host} reports serving it"),
-                });
-            }
+            // Progress first: the host's last report (the snapshot restored, the data-loss
+            // window) is committed before the migration is marked done.
             let key = (cp.name.clone(), cp.epoch, host.clone());
             if let (Some(report), Some(migration)) = (obs.progress.get(&key), &cp.migration)
                 && migration.epoch == cp.epoch
@@ -165,6 +154,19 @@ fn decide_one(
                         report: report.clone(),
                     },
                     reason: format!("{host} reports the migration's progress"),
+                });
+            }
+            if obs
+                .serving
+                .contains(&(cp.name.clone(), cp.epoch, host.clone()))
+            {
+                return Some(Decision {
+                    command: Command::ReportServing {
+                        name: cp.name.clone(),
+                        epoch: cp.epoch,
+                        member: host.clone(),
+                    },
+                    reason: format!("{host} reports serving it"),
                 });
             }
         }

@@ -156,6 +156,32 @@ impl MigrationReport {
 }
 
 impl Migration {
+    /// A migration that begins at `at_ms`: nothing copied or restored yet.
+    pub fn begin(
+        epoch: u64,
+        from: Option<String>,
+        to: String,
+        source: String,
+        destination: String,
+        step: MigrationStep,
+        at_ms: u64,
+    ) -> Self {
+        Self {
+            epoch,
+            from,
+            to,
+            source,
+            destination,
+            step,
+            started_unix_ms: at_ms,
+            updated_unix_ms: at_ms,
+            bytes_copied: 0,
+            restored: None,
+            data_loss_window_ms: None,
+            note: String::new(),
+        }
+    }
+
     /// Applies `report` at `at_ms`; refuses a step that goes back. Returns what changed, for
     /// history.
     pub fn apply(&mut self, report: &MigrationReport, at_ms: u64) -> Result<String, CommandError> {

@@ -670,27 +670,22 @@ impl RingState {
             }
         }
         cp.fencing = fencing;
-        cp.migration = Some(Migration {
+        cp.migration = Some(Migration::begin(
             epoch,
-            source: source_host
+            source_host.clone(),
+            to.unwrap_or_default().to_string(),
+            source_host
                 .as_deref()
                 .map(|h| cp.backup_for(h).to_string())
                 .unwrap_or_else(|| cp.backup.clone()),
-            destination: to.map(|t| cp.backup_for(t).to_string()).unwrap_or_default(),
-            from: source_host,
-            to: to.unwrap_or_default().to_string(),
-            step: if cp.fencing.is_empty() {
+            to.map(|t| cp.backup_for(t).to_string()).unwrap_or_default(),
+            if cp.fencing.is_empty() {
                 MigrationStep::Handover
             } else {
                 MigrationStep::Fencing
             },
-            started_unix_ms: at_ms,
-            updated_unix_ms: at_ms,
-            bytes_copied: 0,
-            restored: None,
-            data_loss_window_ms: None,
-            note: String::new(),
-        });
+            at_ms,
+        ));
         let waiting = if cp.fencing.is_empty() {
             String::new()
         } else {
@@ -886,19 +881,16 @@ impl RingState {
         };
         // Its data (if any: a bucket an earlier etcd-backup-restore or ring wrote) comes from
         // `backup` to where the host writes.
-        let migration = host.as_ref().map(|h| Migration {
-            epoch,
-            from: None,
-            to: h.clone(),
-            source: spec.backup.clone(),
-            destination: spec.backups.get(h).unwrap_or(&spec.backup).clone(),
-            step: MigrationStep::Handover,
-            started_unix_ms: at_ms,
-            updated_unix_ms: at_ms,
-            bytes_copied: 0,
-            restored: None,
-            data_loss_window_ms: None,
-            note: String::new(),
+        let migration = host.as_ref().map(|h| {
+            Migration::begin(
+                epoch,
+                None,
+                h.clone(),
+                spec.backup.clone(),
+                spec.backups.get(h).unwrap_or(&spec.backup).clone(),
+                MigrationStep::Handover,
+                at_ms,
+            )
         });
         self.control_planes.insert(
             spec.name.clone(),
