@@ -165,7 +165,7 @@ async fn a_lost_host_s_control_plane_comes_back_with_every_snapshotted_key() {
         },
     )
     .await;
-    let snapshot_created_s: u64 = holding
+    let holding_created_s: u64 = holding
         .0
         .split('-')
         .nth(3)
@@ -179,9 +179,43 @@ async fn a_lost_host_s_control_plane_comes_back_with_every_snapshotted_key() {
     let killed_at = Instant::now();
     let killed_unix_ms = garden_ring::time::unix_ms();
     kill_zone(&mut ring, 0);
+    // A newer snapshot that is corrupt (as a disk or a half-finished foreign upload leaves
+    // one): the new host detects it by checksum and restores the one before.
+    let a_dir = backups["a"].strip_prefix("file://").unwrap();
+    let corrupt = format!(
+        "Full-00000000-{:08}-{}",
+        last_revision + 1_000,
+        killed_unix_ms / 1000
+    );
+    std::fs::write(
+        Path::new(a_dir).join("v2").join(&corrupt),
+        vec![0x5a; 64 * 1024],
+    )
+    .unwrap();
     let moved = running_elsewhere(&ring, &[1, 2], "cp1", "a", Duration::from_secs(30)).await;
     let rto = killed_at.elapsed();
     let migration = moved.migration.clone().unwrap();
+    assert!(
+        migration.note.contains("skipped 1 snapshot") && migration.note.contains(&corrupt),
+        "{migration:?}"
+    );
+    // ... and the history says so (the event of the migration's report).
+    let history = ring.ringctl(&["history", "--output", "json"]);
+    let history = String::from_utf8_lossy(&history.stdout);
+    assert!(
+        history.contains(&format!(
+            "skipped 1 snapshot(s) that do not verify, newest v2/{corrupt}"
+        )),
+        "{history}"
+    );
+    // The restored snapshot holds every key: `holding` or a later one of the same revision.
+    let restored_name = migration.restored.rsplit('/').next().unwrap();
+    let field = |i: usize| -> u64 { restored_name.split('-').nth(i).unwrap().parse().unwrap() };
+    assert!(
+        field(2) >= last_revision && field(3) >= holding_created_s,
+        "{migration:?}"
+    );
+    let snapshot_created_s = field(3);
     assert_eq!(migration.step, "done", "{migration:?}");
     assert_eq!(migration.from, "a");
     assert_eq!(migration.source, backups["a"]);

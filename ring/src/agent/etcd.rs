@@ -47,7 +47,7 @@ use crate::backup::migrate::{MigrateError, MigrationPlan, migrate};
 use crate::backup::restore::{RestoreError, RestoreOptions, RestoreTool, restore_newest};
 use crate::backup::snapshot::{TakenSnapshot, take_full_snapshot};
 use crate::config::{BackupSettings, EtcdDriverSettings};
-use crate::core::migration::{MigrationReport, MigrationStep};
+use crate::core::migration::{MigrationReport, MigrationStep, note_text};
 use crate::time::{monotonic_ms, unix_ms};
 
 /// Longest wait between two attempts to prepare a control plane's data, in ms.
@@ -138,7 +138,7 @@ impl Shared {
     fn note(&self, note: String) {
         let mut view = self.view();
         if let Some(report) = view.report.as_mut() {
-            report.note = crate::core::error::shorten(&note).to_string();
+            report.note = note_text(&note);
         }
     }
 
@@ -464,7 +464,7 @@ async fn prepare_once(
             shared.report(MigrationStep::Starting, |r| {
                 r.restored = Some(restored.snapshot.to_string());
                 r.data_loss_window_ms = Some(window_ms);
-                r.note = crate::core::error::shorten(&note).to_string();
+                r.note = note_text(&note);
             });
         }
         Err(RestoreError::NoSnapshot { .. }) if from.is_none() => {

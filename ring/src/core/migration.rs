@@ -27,6 +27,34 @@ use super::names::check_text;
 /// in bytes copied, in ms.
 pub const REPORT_INTERVAL_MS: u64 = 1_000;
 
+/// Most bytes of a migration note ([`note_text`]).
+pub const MAX_NOTE_BYTES: usize = 400;
+
+/// `text` made fit for a [`MigrationReport`] note: control and invisible formatting characters
+/// become spaces (an error message may hold line breaks), cut to [`MAX_NOTE_BYTES`] on a
+/// character boundary with `...` when longer.
+pub fn note_text(text: &str) -> String {
+    let clean: String = text
+        .chars()
+        .map(|c| {
+            if c.is_control() || super::names::is_invisible_format(c) {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect();
+    let clean = clean.trim();
+    if clean.len() <= MAX_NOTE_BYTES {
+        return clean.to_string();
+    }
+    let mut end = MAX_NOTE_BYTES - 3;
+    while !clean.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &clean[..end])
+}
+
 /// Where a migration stands; steps only move forward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -269,6 +297,20 @@ mod tests {
             bytes_copied: bytes,
             ..MigrationReport::default()
         }
+    }
+
+    #[test]
+    fn notes_are_cleaned_and_bounded() {
+        assert_eq!(note_text(" a\nb\u{200b}c "), "a b c");
+        let long = "é".repeat(MAX_NOTE_BYTES);
+        let note = note_text(&long);
+        assert!(note.len() <= MAX_NOTE_BYTES && note.ends_with("..."));
+        let report = MigrationReport {
+            step: Some(MigrationStep::Restoring),
+            note: note_text(&format!("{long}\n\u{202e}")),
+            ..MigrationReport::default()
+        };
+        report.validate().unwrap();
     }
 
     #[test]
