@@ -1,0 +1,87 @@
+//! What a chaos run records and reports: the timeline of events, the clients' view, and the
+//! numbers computed from them. Plain data, serialized as the run's JSON.
+
+use serde::{Deserialize, Serialize};
+
+/// One thing that happened during a run, on the run's clock (ms since the run started).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// When, in ms since the run started.
+    pub at_ms: u64,
+    /// What kind: `fault` (the harness broke something), `heal` (it repaired it), `ring` (the
+    /// ring did something: a leader elected, a member judged lost, a control plane moved or
+    /// serving), `dns` (a name changed), `client` (a client's first write after an outage),
+    /// `check` (an expected outcome verified or violated).
+    pub kind: String,
+    /// The zone or control plane it concerns, if any.
+    pub subject: String,
+    /// In words.
+    pub detail: String,
+}
+
+/// What one client saw of one control plane.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientStats {
+    /// The control plane.
+    pub control_plane: String,
+    /// Writes attempted.
+    pub attempted: u64,
+    /// Writes acknowledged.
+    pub acknowledged: u64,
+    /// Acknowledged writes missing when the control plane was read after the run.
+    pub lost: u64,
+    /// Of the lost ones, those acknowledged before the newest snapshot the restore could use
+    /// (must be 0: a loss is allowed only after the last snapshot).
+    pub lost_before_snapshot: u64,
+    /// Writes acknowledged by a host after another host had taken over (split brain; must be
+    /// 0).
+    pub split_brain: u64,
+    /// The longest time without an acknowledged write, ms.
+    pub longest_gap_ms: u64,
+}
+
+/// The numbers of one run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Measures {
+    /// Fault to the lost member judged `lost` by the ring, ms (none if it never was).
+    pub detect_ms: Option<u64>,
+    /// Fault to a new leader, ms (none when the leader survived).
+    pub elect_ms: Option<u64>,
+    /// Fault to the first write through the DNS name acknowledged by the new host, ms (the
+    /// largest over the moved control planes; none when nothing had to move).
+    pub rto_ms: Option<u64>,
+    /// Acknowledged writes missing afterwards, over all control planes.
+    pub lost_writes: u64,
+    /// The data-loss window the ring reported for the migrations, ms (the largest).
+    pub data_loss_window_ms: Option<u64>,
+    /// Writes acknowledged by an old host after the new one took over, over all control planes.
+    pub split_brain_writes: u64,
+}
+
+/// One run of one scenario.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    /// The scenario's name.
+    pub scenario: String,
+    /// Which run of the scenario (1-based).
+    pub run: u32,
+    /// Wall-clock start, Unix ms.
+    pub started_unix_ms: u64,
+    /// How long the run took, ms.
+    pub duration_ms: u64,
+    /// The numbers.
+    pub measures: Measures,
+    /// Per control plane, what the clients saw.
+    pub clients: Vec<ClientStats>,
+    /// The timeline, in order.
+    pub events: Vec<Event>,
+    /// Expected outcomes that did not hold (empty when the run passed).
+    pub failures: Vec<String>,
+}
+
+impl Run {
+    /// Whether every expected outcome held.
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+}

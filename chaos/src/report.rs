@@ -1,0 +1,1 @@
+//! Reports of chaos runs: JSON, a Markdown table and an SVG timeline.
