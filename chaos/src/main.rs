@@ -1,9 +1,227 @@
 //! `ring-chaos`: builds a ring of real `ringd` processes in network namespaces, one per zone,
-//! breaks it the way zones break, and measures what clients see. See `chaos/README.md`.
+//! breaks it the way zones break, and measures what clients see: time to detect and elect,
+//! RTO (zone loss to a client's write acknowledged at the new host, through DNS), RPO
+//! (acknowledged writes missing afterwards, and the data-loss window) and split brain (writes
+//! acknowledged by an old host after the new one took over). See `chaos/README.md`.
 
+mod client;
 mod model;
+mod netns;
 mod report;
+mod scenario;
+mod world;
 
-fn main() {
-    println!("ring-chaos: not wired yet");
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use scenario::{RunOptions, SCENARIOS, Scenario};
+
+/// Zone loss, partitions and outages of a garden-ring in network namespaces, measured.
+///
+/// Needs root (it creates network namespaces, named grchaos-*, and removes them at the end,
+/// also after a failure or Ctrl-C; `ring-chaos cleanup` removes what a killed run left).
+/// Needs `ip` (iproute2), BIND (`named`, `tsig-keygen`), `moto_server`, etcd, and ringd and
+/// ring-guard built next to ring-chaos (`cargo build --bins`). Only addresses inside the
+/// namespaces it creates (10.77.0.0/16) are used.
+#[derive(Debug, Parser)]
+#[command(name = "ring-chaos", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run scenarios and write runs.json, report.md and a timeline SVG per run.
+    Run {
+        /// The scenario (see `ring-chaos list`); repeat for several.
+        #[arg(long = "scenario", required_unless_present = "all")]
+        scenarios: Vec<String>,
+        /// Every scenario.
+        #[arg(long, conflicts_with = "scenarios")]
+        all: bool,
+        /// Runs of each scenario.
+        #[arg(long, default_value_t = 1)]
+        runs: u32,
+        /// Where the reports (and each run's logs) go.
+        #[arg(long, default_value = "target/chaos")]
+        out: PathBuf,
+        /// Directory with ringd and ring-guard (default: next to ring-chaos).
+        #[arg(long)]
+        bin_dir: Option<PathBuf>,
+        /// A run whose RTO is above this fails, ms.
+        #[arg(long, default_value_t = 15_000)]
+        rto_budget_ms: u64,
+        /// Control planes registered (spread over the zones).
+        #[arg(long, default_value_t = 3)]
+        control_planes: usize,
+    },
+    /// List the scenarios.
+    List,
+    /// Remove namespaces an earlier, killed run left behind.
+    Cleanup,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Cmd::List => {
+            for s in SCENARIOS {
+                println!("{:<20} {}", s.name, s.description);
+            }
+            ExitCode::SUCCESS
+        }
+        Cmd::Cleanup => {
+            if let Err(e) = need_root() {
+                eprintln!("ring-chaos: {e}");
+                return ExitCode::from(2);
+            }
+            let removed = netns::cleanup();
+            println!("removed {} namespaces {}", removed.len(), removed.join(" "));
+            ExitCode::SUCCESS
+        }
+        Cmd::Run {
+            scenarios,
+            all,
+            runs,
+            out,
+            bin_dir,
+            rto_budget_ms,
+            control_planes,
+        } => match run(scenarios, all, runs, out, bin_dir, rto_budget_ms, control_planes) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(e) => {
+                eprintln!("ring-chaos: {e:#}");
+                ExitCode::from(2)
+            }
+        },
+    }
+}
+
+fn need_root() -> anyhow::Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        anyhow::bail!(
+            "needs root: it creates network namespaces (run it with sudo, or as root in a VM or container with CAP_NET_ADMIN and CAP_SYS_ADMIN)"
+        );
+    }
+    Ok(())
+}
+
+fn run(
+    names: Vec<String>,
+    all: bool,
+    runs: u32,
+    out: PathBuf,
+    bin_dir: Option<PathBuf>,
+    rto_budget_ms: u64,
+    control_planes: usize,
+) -> anyhow::Result<bool> {
+    let chosen: Vec<Scenario> = if all {
+        SCENARIOS.to_vec()
+    } else {
+        names
+            .iter()
+            .map(|n| {
+                SCENARIOS.iter().find(|s| s.name == n).copied().ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "unknown scenario {n:?}; known: {}",
+                        SCENARIOS.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?
+    };
+    if runs == 0 || runs > 1_000 {
+        anyhow::bail!("--runs must be 1 to 1000");
+    }
+    need_root()?;
+    let ring_dir = match bin_dir {
+        Some(d) => d,
+        None => std::env::current_exe()?
+            .parent()
+            .map(PathBuf::from)
+            .unwrap_or_default(),
+    };
+    let etcd_dir = garden_ring::demo::find_etcd().ok_or_else(|| {
+        anyhow::anyhow!("no etcd with etcdctl or etcdutl on PATH (Debian: apt-get install etcd-server etcd-client)")
+    })?;
+    let binaries = world::Binaries { ring_dir, etcd_dir };
+    world::check_tools(&binaries)?;
+    let leftovers = netns::cleanup();
+    if !leftovers.is_empty() {
+        eprintln!("removed namespaces an earlier run left: {}", leftovers.join(" "));
+    }
+    garden_ring::tls::install_crypto_provider();
+    std::fs::create_dir_all(&out)?;
+    let out = out.canonicalize()?;
+
+    let mut results = Vec::new();
+    'scenarios: for scenario in &chosen {
+        for number in 1..=runs {
+            let options = RunOptions {
+                binaries: binaries.clone(),
+                dir: out.join("runs").join(format!("{}-{number}", scenario.name)),
+                zones: ["zone-a", "zone-b", "zone-c"].map(String::from).to_vec(),
+                control_planes,
+                rto_budget_ms,
+            };
+            let _ = std::fs::remove_dir_all(&options.dir);
+            let scenario = *scenario;
+            // A thread per run: it enters the run's client namespace, and so does every thread
+            // of the runtime it starts; the main thread stays where it was.
+            let outcome = std::thread::spawn(move || -> anyhow::Result<Option<model::Run>> {
+                let topology = netns::Topology::create(&options.zones)?;
+                netns::enter(&netns::namespace("client"))?;
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()?;
+                let result = runtime.block_on(async {
+                    tokio::select! {
+                        run = scenario::run_once(&scenario, number, &options, &topology) => run.map(Some),
+                        _ = tokio::signal::ctrl_c() => Ok(None),
+                    }
+                });
+                drop(runtime);
+                drop(topology);
+                result
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("the run panicked"))??;
+            let Some(run) = outcome else {
+                eprintln!("interrupted; the namespaces were removed");
+                break 'scenarios;
+            };
+            println!(
+                "{} #{number}: {} (rto {} ms, detect {} ms, lost {}, split brain {}, window {} ms)",
+                run.scenario,
+                if run.passed() { "passed" } else { "FAILED" },
+                show(run.measures.rto_ms),
+                show(run.measures.detect_ms),
+                run.measures.lost_writes,
+                run.measures.split_brain_writes,
+                show(run.measures.data_loss_window_ms),
+            );
+            for f in &run.failures {
+                println!("    {f}");
+            }
+            results.push(run);
+        }
+    }
+    let reports = report::write_reports(&out, &results)?;
+    println!("\n{}", report::markdown_summary(&report::summarize(&results)));
+    println!(
+        "wrote {}, {} and {} timelines",
+        reports.json.display(),
+        reports.markdown.display(),
+        reports.svgs.len()
+    );
+    Ok(!results.is_empty() && results.iter().all(model::Run::passed))
+}
+
+fn show(value: Option<u64>) -> String {
+    value.map_or_else(|| "-".into(), |v| v.to_string())
 }

@@ -1,0 +1,545 @@
+//! The world of one run: the region's DNS server (BIND, RFC 2136 with TSIG) and object store
+//! (`moto_server`), one `ringd` per zone running its control planes' etcd, and the control
+//! planes registered. Every process runs inside its namespace (`ip netns exec`), logs into the
+//! run's directory, and dies with the namespace when the [`crate::netns::Topology`] is dropped.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use garden_ring::admin::AdminClient;
+use garden_ring::config::{
+    BackupSettings, Config, DnsProvider, DnsSettings, DriverKind, DriverSettings,
+    EtcdDriverSettings, InitialMember, LogSettings, PlacementSettings, Rfc2136Settings,
+    SnapshotSettings, Timing, TlsSettings,
+};
+use garden_ring::dns::update::RecordValue;
+use garden_ring::pb;
+use garden_ring::tls::{Identity, Role, Security, TlsStore};
+
+use crate::netns::{
+    REGION, client_address_of_zone, mesh_address, namespace,
+};
+
+/// The ring's DNS zone.
+pub const ZONE: &str = "chaos.garden-ring.test";
+/// The DNS server's address.
+pub const DNS_SERVER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(REGION), 53);
+/// The object store's port.
+const S3_PORT: u16 = 9000;
+/// First port of the control planes' endpoints: control plane i listens on `CP_PORT + i`.
+pub const CP_PORT: u16 = 2379;
+/// How often each etcd is snapshotted.
+pub const SNAPSHOT_INTERVAL_MS: u64 = 1_000;
+/// Longest wait for a service to answer.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where the binaries are.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    /// `ringd` and `ring-guard`.
+    pub ring_dir: PathBuf,
+    /// `etcd` and `etcdctl`/`etcdutl`.
+    pub etcd_dir: PathBuf,
+}
+
+/// A process in a namespace.
+#[derive(Debug)]
+pub struct Proc {
+    /// What it is, for messages.
+    pub name: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its command line, without `ip netns exec`.
+    pub argv: Vec<String>,
+    /// Its log.
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Proc {
+    /// Starts `argv` in namespace `ns`, logging to `log`.
+    pub fn start(name: &str, ns: &str, argv: Vec<String>, log: PathBuf) -> anyhow::Result<Self> {
+        let mut proc = Self {
+            name: name.to_string(),
+            namespace: ns.to_string(),
+            argv,
+            log,
+            child: None,
+        };
+        proc.spawn()?;
+        Ok(proc)
+    }
+
+    /// Starts it (again).
+    pub fn spawn(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .with_context(|| format!("opening {}", self.log.display()))?;
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.namespace])
+            .args(&self.argv)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {} in {}", self.name, self.namespace))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Whether it still runs.
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Its pid, while it runs.
+    pub fn pid(&self) -> Option<i32> {
+        self.child.as_ref().map(|c| c.id() as i32)
+    }
+
+    /// Reaps it after it was killed.
+    pub fn reap(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.reap();
+    }
+}
+
+/// One member of the ring.
+#[derive(Debug)]
+pub struct Member {
+    /// Its name (`a`, `b`, ...).
+    pub name: String,
+    /// Its zone (`zone-a`, ...).
+    pub zone: String,
+    /// Its `ringd`.
+    pub ringd: Proc,
+}
+
+/// Everything of one run but the network.
+pub struct World {
+    /// The run's directory.
+    pub dir: PathBuf,
+    /// The members, zone order.
+    pub members: Vec<Member>,
+    /// `named` and `moto_server`.
+    pub region: Vec<Proc>,
+    /// The control planes' names.
+    pub control_planes: Vec<String>,
+    /// A client of every member's Admin API.
+    pub admin: AdminClient,
+    /// One client per member (to ask each one, not whichever answers first).
+    pub per_member: Vec<AdminClient>,
+    /// The `[backup]` settings the members use (to read the buckets afterwards).
+    pub backup: BackupSettings,
+}
+
+fn find_tool(name: &str) -> anyhow::Result<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .with_context(|| format!("{name} not found on PATH, /usr/sbin or /usr/bin (scripts/test.sh installs what ring-chaos needs)"))
+}
+
+/// Checks that every program a run needs is installed; the error names what is missing.
+pub fn check_tools(binaries: &Binaries) -> anyhow::Result<()> {
+    for tool in ["named", "tsig-keygen", "moto_server", "ip"] {
+        find_tool(tool)?;
+    }
+    for (dir, tool) in [
+        (&binaries.ring_dir, "ringd"),
+        (&binaries.ring_dir, "ring-guard"),
+        (&binaries.etcd_dir, "etcd"),
+    ] {
+        if !dir.join(tool).is_file() {
+            bail!(
+                "{} has no {tool} (build with `cargo build --bins`, or pass --bin-dir)",
+                dir.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Polls `check` every 50 ms until it returns `Some`, or fails naming `what` after `timeout`.
+pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return Ok(v);
+        }
+        if Instant::now() >= deadline {
+            bail!("timed out after {timeout:?} waiting until {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn start_region(dir: &Path) -> anyhow::Result<(Vec<Proc>, PathBuf)> {
+    let region = namespace("region");
+    let bind_dir = dir.join("region").join("bind");
+    std::fs::create_dir_all(&bind_dir)?;
+    let key = Command::new(find_tool("tsig-keygen")?)
+        .args(["-a", "hmac-sha256", "ring-key"])
+        .output()
+        .context("running tsig-keygen")?;
+    if !key.status.success() {
+        bail!("tsig-keygen: {}", String::from_utf8_lossy(&key.stderr));
+    }
+    let key_file = bind_dir.join("ring-key.key");
+    std::fs::write(&key_file, &key.stdout)?;
+    let conf = format!(
+        r#"include "{key}";
+options {{
+    directory "{dir}";
+    listen-on port 53 {{ {REGION}; }};
+    listen-on-v6 {{ none; }};
+    pid-file none;
+    session-keyfile none;
+    recursion no;
+    dnssec-validation no;
+    notify no;
+}};
+controls {{ }};
+zone "{ZONE}" {{
+    type primary;
+    file "db.zone";
+    allow-update {{ key "ring-key"; }};
+}};
+"#,
+        key = key_file.display(),
+        dir = bind_dir.display(),
+    );
+    std::fs::write(bind_dir.join("named.conf"), conf)?;
+    std::fs::write(
+        bind_dir.join("db.zone"),
+        format!(
+            "$TTL 5\n@ IN SOA ns.{ZONE}. hostmaster.{ZONE}. 1 60 60 600 5\n@ IN NS ns.{ZONE}.\nns IN A {REGION}\n"
+        ),
+    )?;
+    let named = Proc::start(
+        "named",
+        &region,
+        vec![
+            find_tool("named")?.display().to_string(),
+            "-g".into(),
+            "-c".into(),
+            bind_dir.join("named.conf").display().to_string(),
+        ],
+        dir.join("region").join("named.log"),
+    )?;
+    let moto = Proc::start(
+        "moto_server",
+        &region,
+        vec![
+            find_tool("moto_server")?.display().to_string(),
+            "-H".into(),
+            REGION.to_string(),
+            "-p".into(),
+            S3_PORT.to_string(),
+        ],
+        dir.join("region").join("moto.log"),
+    )?;
+    Ok((vec![named, moto], key_file))
+}
+
+/// One HTTP/1.1 request without a body to the object store; returns the status code.
+async fn s3_request(method: &str, path: &str) -> std::io::Result<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream =
+        tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect((REGION, S3_PORT)))
+            .await
+            .map_err(|_| std::io::Error::other("connect timed out"))??;
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {REGION}:{S3_PORT}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await?;
+    let mut head = vec![0u8; 64];
+    let n = stream.read(&mut head).await?;
+    let text = String::from_utf8_lossy(&head[..n]);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("not HTTP: {text:?}")))
+}
+
+/// Builds the world in `dir` for `zones` (the topology exists and this thread is in the client
+/// namespace), with `control_planes` control planes.
+pub async fn build(
+    dir: &Path,
+    zones: &[String],
+    control_planes: usize,
+    binaries: &Binaries,
+) -> anyhow::Result<World> {
+    let (region, key_file) = start_region(dir)?;
+    wait_for(START_TIMEOUT, "the object store answers", || async {
+        s3_request("GET", "/").await.ok().filter(|s| *s == 200)
+    })
+    .await?;
+    wait_for(START_TIMEOUT, "the DNS server answers", || async {
+        let seen = garden_ring::dns::query::observe(
+            DNS_SERVER,
+            &format!("ns.{ZONE}"),
+            &RecordValue::A(REGION),
+            Duration::from_millis(500),
+        )
+        .await;
+        matches!(seen, garden_ring::dns::query::Observed::Values(_)).then_some(())
+    })
+    .await?;
+    for zone in zones {
+        let status = s3_request("PUT", &format!("/{zone}")).await?;
+        if status != 200 {
+            bail!("creating bucket {zone}: HTTP {status}");
+        }
+    }
+    let credentials = dir.join("s3-credentials.toml");
+    std::fs::write(
+        &credentials,
+        "access_key_id = \"chaos\"\nsecret_access_key = \"chaos-secret\"\n",
+    )?;
+    let backup = BackupSettings {
+        s3_endpoint: Some(format!("http://{REGION}:{S3_PORT}")),
+        s3_allow_http: true,
+        credentials_file: Some(credentials),
+        ..BackupSettings::default()
+    };
+
+    let founders: Vec<InitialMember> = zones
+        .iter()
+        .enumerate()
+        .map(|(i, zone)| InitialMember {
+            id: i as u64 + 1,
+            name: zone.trim_start_matches("zone-").to_string(),
+            zone: zone.clone(),
+            address: format!("{}:7401", mesh_address(i)),
+            admin_address: format!("{}:7400", client_address_of_zone(i)),
+        })
+        .collect();
+    let certs = garden_ring::demo::demo_certificates(dir, &founders)?;
+    let mut members = Vec::new();
+    for (i, m) in founders.iter().enumerate() {
+        let home = dir.join(&m.name);
+        std::fs::create_dir_all(&home)?;
+        let config = Config {
+            id: m.id,
+            name: m.name.clone(),
+            zone: m.zone.clone(),
+            data_dir: home.join("data"),
+            listen_peer: m.address.parse()?,
+            listen_admin: format!("0.0.0.0:7400").parse()?,
+            advertise_peer: None,
+            advertise_admin: Some(m.admin_address.clone()),
+            initial_members: founders.clone(),
+            timing: Timing::loopback(),
+            snapshot: SnapshotSettings::default(),
+            log: LogSettings::default(),
+            backup: backup.clone(),
+            tls: Some(TlsSettings {
+                files: garden_ring::demo::tls_files(
+                    &certs,
+                    &Identity::new(Role::Member, &m.name)?,
+                ),
+                reload_interval_ms: 1_000,
+            }),
+            insecure: false,
+            dns: DnsSettings {
+                zone: Some(ZONE.into()),
+                ttl_s: 5,
+                provider: DnsProvider::Rfc2136,
+                rfc2136: Some(Rfc2136Settings {
+                    server: DNS_SERVER,
+                    key_file: key_file.clone(),
+                }),
+                verify_servers: vec![DNS_SERVER],
+                ..DnsSettings::default()
+            },
+            placement: PlacementSettings {
+                min_move_interval_ms: 1_000,
+                capacity: 0,
+            },
+            driver: DriverSettings {
+                kind: DriverKind::Etcd,
+                guard: Some(binaries.ring_dir.join("ring-guard")),
+                etcd: EtcdDriverSettings {
+                    bin_dir: Some(binaries.etcd_dir.clone()),
+                    snapshot_interval_ms: SNAPSHOT_INTERVAL_MS,
+                    ..EtcdDriverSettings::default()
+                },
+                ..DriverSettings::default()
+            },
+        };
+        config
+            .validate()
+            .with_context(|| format!("config of member {}", m.name))?;
+        let path = home.join("ringd.toml");
+        std::fs::write(&path, config.to_toml())?;
+        let ringd = Proc::start(
+            &format!("ringd {}", m.name),
+            &namespace(&zones[i]),
+            vec![
+                binaries.ring_dir.join("ringd").display().to_string(),
+                "--config".into(),
+                path.display().to_string(),
+            ],
+            home.join("ringd.log"),
+        )?;
+        members.push(Member {
+            name: m.name.clone(),
+            zone: m.zone.clone(),
+            ringd,
+        });
+    }
+    let files = garden_ring::demo::tls_files(&certs, &Identity::new(Role::Admin, "operator")?);
+    let security = Security::Tls(TlsStore::load(files, None)?);
+    let admin = AdminClient::new(
+        founders.iter().map(|m| m.admin_address.clone()).collect(),
+        security.clone(),
+        "ring-chaos",
+    )?;
+    let per_member = founders
+        .iter()
+        .map(|m| AdminClient::new(vec![m.admin_address.clone()], security.clone(), "ring-chaos"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut world = World {
+        dir: dir.to_path_buf(),
+        members,
+        region,
+        control_planes: Vec::new(),
+        admin,
+        per_member,
+        backup,
+    };
+    world.wait_formed().await?;
+    world.register(control_planes).await?;
+    Ok(world)
+}
+
+impl World {
+    /// The ring's status as its leader sees it: every member is asked at once (500 ms
+    /// each) and the answer of the one that leads at the highest term wins. A member cut off
+    /// from the others answers from the state it last applied, which may be stale; it is
+    /// used only when no leader answers, the freshest (highest applied index) first.
+    pub async fn status(&self) -> Option<pb::StatusResponse> {
+        let asks = self.per_member.iter().map(|client| async move {
+            tokio::time::timeout(
+                Duration::from_millis(500),
+                client.call_once(pb::StatusRequest {}, &mut |mut c, r| async move {
+                    c.status(r).await
+                }),
+            )
+            .await
+            .ok()
+            .and_then(Result::ok)
+        });
+        let answers: Vec<pb::StatusResponse> = futures::future::join_all(asks).await.into_iter().flatten().collect();
+        answers
+            .iter()
+            .filter(|s| s.server_state == "leader")
+            .max_by_key(|s| s.term)
+            .or_else(|| answers.iter().max_by_key(|s| s.applied_index))
+            .cloned()
+    }
+
+    async fn wait_formed(&self) -> anyhow::Result<()> {
+        let n = self.members.len();
+        wait_for(Duration::from_secs(60), "the ring formed and every member is healthy", || async {
+            let s = self.status().await?;
+            (s.members.len() == n && s.members.iter().all(|m| m.health == "healthy")).then_some(())
+        })
+        .await
+    }
+
+    async fn register(&mut self, count: usize) -> anyhow::Result<()> {
+        for i in 0..count {
+            let name = format!("cp-{}", i + 1);
+            let port = CP_PORT + i as u16;
+            let endpoints: BTreeMap<String, String> = self
+                .members
+                .iter()
+                .enumerate()
+                .map(|(z, m)| (m.name.clone(), format!("{}:{port}", client_address_of_zone(z))))
+                .collect();
+            let backups: BTreeMap<String, String> = self
+                .members
+                .iter()
+                .map(|m| (m.name.clone(), format!("s3://{}/{name}", m.zone)))
+                .collect();
+            let first = self.members[i % self.members.len()].name.clone();
+            let req = pb::ControlPlaneAddRequest {
+                name: name.clone(),
+                home: String::new(),
+                dns_name: format!("{name}.{ZONE}"),
+                endpoints,
+                backup: backups[&first].clone(),
+                backups,
+                host: String::new(),
+                reason: "ring-chaos".into(),
+                prefer: Vec::new(),
+            };
+            self.admin
+                .call(req, |mut c, r| async move { c.control_plane_add(r).await })
+                .await
+                .with_context(|| format!("registering {name}"))?;
+            self.control_planes.push(name);
+        }
+        let names = self.control_planes.clone();
+        wait_for(Duration::from_secs(60), "every control plane runs", || async {
+            let s = self.status().await?;
+            let running = s
+                .control_planes
+                .iter()
+                .filter(|c| names.contains(&c.name) && c.phase == "running")
+                .count();
+            (running == names.len()).then_some(())
+        })
+        .await
+    }
+
+    /// The member index of `name`.
+    pub fn member_index(&self, name: &str) -> Option<usize> {
+        self.members.iter().position(|m| m.name == name)
+    }
+}
+
+/// The address of control plane `cp` (`cp-<i>`) at the member with index `zone`.
+pub fn endpoint(cp: &str, zone: usize) -> SocketAddr {
+    let i: u16 = cp
+        .trim_start_matches("cp-")
+        .parse::<u16>()
+        .unwrap_or(1)
+        .saturating_sub(1);
+    SocketAddr::new(client_address_of_zone(zone).into(), CP_PORT + i)
+}
+
+/// The index of the zone whose client address is `ip`.
+pub fn zone_of(ip: std::net::IpAddr) -> Option<usize> {
+    match ip {
+        std::net::IpAddr::V4(v4) => {
+            let o = v4.octets();
+            (o[0] == 10 && o[1] == 77 && o[2] == 3 && o[3] >= 11).then(|| usize::from(o[3] - 11))
+        }
+        std::net::IpAddr::V6(_) => None,
+    }
+}
