@@ -90,7 +90,15 @@ fn main() -> ExitCode {
             bin_dir,
             rto_budget_ms,
             control_planes,
-        } => match run(scenarios, all, runs, out, bin_dir, rto_budget_ms, control_planes) {
+        } => match run(
+            scenarios,
+            all,
+            runs,
+            out,
+            bin_dir,
+            rto_budget_ms,
+            control_planes,
+        ) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::FAILURE,
             Err(e) => {
@@ -125,12 +133,20 @@ fn run(
         names
             .iter()
             .map(|n| {
-                SCENARIOS.iter().find(|s| s.name == n).copied().ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "unknown scenario {n:?}; known: {}",
-                        SCENARIOS.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
-                    )
-                })
+                SCENARIOS
+                    .iter()
+                    .find(|s| s.name == n)
+                    .copied()
+                    .ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "unknown scenario {n:?}; known: {}",
+                            SCENARIOS
+                                .iter()
+                                .map(|s| s.name)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    })
             })
             .collect::<Result<_, _>>()?
     };
@@ -152,7 +168,10 @@ fn run(
     world::check_tools(&binaries)?;
     let leftovers = netns::cleanup();
     if !leftovers.is_empty() {
-        eprintln!("removed namespaces an earlier run left: {}", leftovers.join(" "));
+        eprintln!(
+            "removed namespaces an earlier run left: {}",
+            leftovers.join(" ")
+        );
     }
     garden_ring::tls::install_crypto_provider();
     std::fs::create_dir_all(&out)?;
@@ -212,7 +231,10 @@ fn run(
         }
     }
     let reports = report::write_reports(&out, &results)?;
-    println!("\n{}", report::markdown_summary(&report::summarize(&results)));
+    println!(
+        "\n{}",
+        report::markdown_summary(&report::summarize(&results))
+    );
     println!(
         "wrote {}, {} and {} timelines",
         reports.json.display(),

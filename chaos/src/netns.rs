@@ -56,10 +56,13 @@ pub struct NetError {
 
 /// Runs `ip` with `args`.
 fn ip(args: &[&str]) -> Result<(), NetError> {
-    let out = Command::new("ip").args(args).output().map_err(|e| NetError {
-        args: args.join(" "),
-        why: format!("cannot run ip (Debian package iproute2): {e}"),
-    })?;
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| NetError {
+            args: args.join(" "),
+            why: format!("cannot run ip (Debian package iproute2): {e}"),
+        })?;
     if out.status.success() {
         Ok(())
     } else {
@@ -73,7 +76,6 @@ fn ip(args: &[&str]) -> Result<(), NetError> {
 /// The namespaces and links of one run.
 #[derive(Debug)]
 pub struct Topology {
-    zones: Vec<String>,
     namespaces: Vec<String>,
 }
 
@@ -106,7 +108,6 @@ impl Topology {
     pub fn create(zones: &[String]) -> Result<Self, NetError> {
         assert!(zones.len() <= 9, "at most 9 zones");
         let mut topology = Self {
-            zones: zones.to_vec(),
             namespaces: Vec::new(),
         };
         let fabric = namespace("fabric");
@@ -119,7 +120,13 @@ impl Topology {
             let ns = namespace(zone);
             topology.add_namespace(&ns)?;
             let suffix = zone.trim_start_matches("zone-");
-            topology.connect(&ns, &format!("m-{suffix}"), "br-mesh", "mesh", mesh_address(i))?;
+            topology.connect(
+                &ns,
+                &format!("m-{suffix}"),
+                "br-mesh",
+                "mesh",
+                mesh_address(i),
+            )?;
             topology.connect(
                 &ns,
                 &format!("r-{suffix}"),
@@ -179,13 +186,16 @@ impl Topology {
         ])?;
         ip(&["-n", &fabric, "link", "set", fabric_end, "master", bridge])?;
         ip(&["-n", &fabric, "link", "set", fabric_end, "up"])?;
-        ip(&["-n", ns, "addr", "add", &format!("{address}/24"), "dev", inner])?;
+        ip(&[
+            "-n",
+            ns,
+            "addr",
+            "add",
+            &format!("{address}/24"),
+            "dev",
+            inner,
+        ])?;
         ip(&["-n", ns, "link", "set", inner, "up"])
-    }
-
-    /// The zones.
-    pub fn zones(&self) -> &[String] {
-        &self.zones
     }
 
     /// Sets `link` of `zone` up or down.

@@ -91,6 +91,10 @@ impl Timeline {
 
     fn add(&mut self, kind: &str, subject: &str, detail: impl Into<String>) -> u64 {
         let at_ms = self.now_ms();
+        self.add_at(at_ms, kind, subject, detail)
+    }
+
+    fn add_at(&mut self, at_ms: u64, kind: &str, subject: &str, detail: impl Into<String>) -> u64 {
         self.events.push(Event {
             at_ms,
             kind: kind.into(),
@@ -105,8 +109,6 @@ impl Timeline {
 #[derive(Default)]
 struct Seen {
     leader: u64,
-    health: BTreeMap<String, String>,
-    placement: BTreeMap<String, (String, String)>,
 }
 
 impl Seen {
@@ -122,23 +124,6 @@ impl Seen {
                 timeline.add("ring", &name, format!("leader {name} (term {})", s.term));
             }
             self.leader = s.leader_id;
-        }
-        for m in &s.members {
-            let old = self.health.insert(m.name.clone(), m.health.clone());
-            if old.as_ref().is_some_and(|o| *o != m.health) {
-                timeline.add("ring", &m.zone, format!("member {} {}", m.name, m.health));
-            }
-        }
-        for cp in &s.control_planes {
-            let now = (cp.host.clone(), cp.phase.clone());
-            let old = self.placement.insert(cp.name.clone(), now.clone());
-            if old.as_ref().is_some_and(|o| *o != now) {
-                timeline.add(
-                    "ring",
-                    &cp.name,
-                    format!("{} {} on {}", cp.name, now.1, if now.0.is_empty() { "-" } else { &now.0 }),
-                );
-            }
         }
     }
 }
@@ -175,6 +160,7 @@ pub async fn run_once(
         ));
     }
     drop(world);
+    timeline.events.sort_by_key(|e| e.at_ms);
     Ok(Run {
         scenario: scenario.name.to_string(),
         run: number,
@@ -211,14 +197,15 @@ async fn drive(
         .map(|c| (c.name.clone(), c.host.clone()))
         .collect();
     // The zone to break: the leader's, or one that hosts control planes and does not lead.
-    let victim = match scenario.fault {
-        Fault::LeaderZoneKill => leader.clone(),
-        Fault::ZoneKill | Fault::ZonePartition => hosts
-            .values()
-            .find(|h| **h != leader)
-            .cloned()
-            .context("every control plane is on the leader")?,
-    };
+    let victim =
+        match scenario.fault {
+            Fault::LeaderZoneKill => leader.clone(),
+            Fault::ZoneKill | Fault::ZonePartition => hosts
+                .values()
+                .find(|h| **h != leader)
+                .cloned()
+                .context("every control plane is on the leader")?,
+        };
     let victim_index = world.member_index(&victim).context("unknown victim")?;
     let victim_zone = world.members[victim_index].zone.clone();
     let moved: Vec<String> = hosts
@@ -235,16 +222,21 @@ async fn drive(
         .iter()
         .map(|cp| Writer::start(cp, timeline.start, stopped.clone()))
         .collect();
-    world::wait_for(Duration::from_secs(30), "every writer is acknowledged", || async {
-        writers
-            .iter()
-            .all(|w| w.record.lock().map(|r| r.acks.len() >= 20).unwrap_or(false))
-            .then_some(())
-    })
+    world::wait_for(
+        Duration::from_secs(30),
+        "every writer is acknowledged",
+        || async {
+            writers
+                .iter()
+                .all(|w| w.record.lock().map(|r| r.acks.len() >= 20).unwrap_or(false))
+                .then_some(())
+        },
+    )
     .await?;
     tokio::time::sleep(Duration::from_millis(world::SNAPSHOT_INTERVAL_MS * 2)).await;
 
     // The fault.
+    let fault_unix_ms = garden_ring::time::unix_ms();
     let fault_ms = match scenario.fault {
         Fault::ZoneKill | Fault::LeaderZoneKill => {
             for link in Link::ALL {
@@ -271,17 +263,11 @@ async fn drive(
     // Watch until every moved control plane runs elsewhere and its writer was acknowledged
     // there.
     let deadline = Instant::now() + Duration::from_secs(60);
-    let mut detect_ms = None;
     let mut elect_ms = None;
     let mut final_status = None;
     loop {
         if let Some(s) = world.status().await {
             seen.update(&s, timeline);
-            if detect_ms.is_none()
-                && s.members.iter().any(|m| m.name == victim && m.health == "lost")
-            {
-                detect_ms = Some(timeline.now_ms() - fault_ms);
-            }
             if elect_ms.is_none() && victim == leader {
                 let new_leader = s.members.iter().find(|m| m.id == s.leader_id);
                 if new_leader.is_some_and(|m| m.name != victim) {
@@ -293,12 +279,19 @@ async fn drive(
                     .iter()
                     .any(|c| c.name == *cp && c.host != victim && c.phase == "running")
             });
-            let acked_elsewhere = writers.iter().filter(|w| moved.contains(&w.control_plane)).all(|w| {
-                w.record
-                    .lock()
-                    .map(|r| r.acks.iter().any(|a| a.at_ms > fault_ms && a.zone != victim_index))
-                    .unwrap_or(false)
-            });
+            let acked_elsewhere = writers
+                .iter()
+                .filter(|w| moved.contains(&w.control_plane))
+                .all(|w| {
+                    w.record
+                        .lock()
+                        .map(|r| {
+                            r.acks
+                                .iter()
+                                .any(|a| a.at_ms > fault_ms && a.zone != victim_index)
+                        })
+                        .unwrap_or(false)
+                });
             if all_moved && acked_elsewhere {
                 final_status = Some(s);
                 break;
@@ -309,6 +302,8 @@ async fn drive(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // The ring's own record of what it did, with the leader's timestamps.
+    let detect_ms = ring_events(world, fault_unix_ms, fault_ms, &victim, timeline).await;
     // A little more writing at the new hosts, then stop.
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     let _ = stop.send(true);
@@ -360,7 +355,11 @@ async fn drive(
             clients.push(stats);
             continue;
         };
-        let lost: Vec<&Ack> = record.acks.iter().filter(|a| !present.contains(&a.seq)).collect();
+        let lost: Vec<&Ack> = record
+            .acks
+            .iter()
+            .filter(|a| !present.contains(&a.seq))
+            .collect();
         stats.lost = lost.len() as u64;
         if moved.contains(&cp) {
             let first_new = record
@@ -370,7 +369,12 @@ async fn drive(
             if let Some(first) = first_new {
                 let rto = first.at_ms - fault_ms;
                 measures.rto_ms = Some(measures.rto_ms.map_or(rto, |r: u64| r.max(rto)));
-                timeline.add("client", &cp, format!("{cp}: first write acknowledged at {host} ({rto} ms)"));
+                timeline.add_at(
+                    first.at_ms,
+                    "client",
+                    &cp,
+                    format!("first write acknowledged at {host}, {rto} ms after the fault"),
+                );
                 stats.split_brain = record
                     .acks
                     .iter()
@@ -393,8 +397,8 @@ async fn drive(
                     .and_then(|t| t.split('.').next())
                     .and_then(|t| t.parse().ok());
                 if let Some(created_s) = created_s {
-                    let run_start_unix_ms = garden_ring::time::unix_ms()
-                        .saturating_sub(timeline.now_ms());
+                    let run_start_unix_ms =
+                        garden_ring::time::unix_ms().saturating_sub(timeline.now_ms());
                     stats.lost_before_snapshot = lost
                         .iter()
                         .filter(|a| run_start_unix_ms + a.at_ms + 1_000 < created_s * 1000)
@@ -405,7 +409,10 @@ async fn drive(
         measures.lost_writes += stats.lost;
         measures.split_brain_writes += stats.split_brain;
         if scenario.zero_loss && stats.lost > 0 {
-            failures.push(format!("{cp}: {} acknowledged writes lost (zero-loss scenario)", stats.lost));
+            failures.push(format!(
+                "{cp}: {} acknowledged writes lost (zero-loss scenario)",
+                stats.lost
+            ));
         }
         if stats.lost_before_snapshot > 0 {
             failures.push(format!(
@@ -418,7 +425,10 @@ async fn drive(
     if let Some(rto) = measures.rto_ms
         && rto > options.rto_budget_ms
     {
-        failures.push(format!("RTO {rto} ms is over the budget of {} ms", options.rto_budget_ms));
+        failures.push(format!(
+            "RTO {rto} ms is over the budget of {} ms",
+            options.rto_budget_ms
+        ));
     }
     if !moved.is_empty() && measures.rto_ms.is_none() {
         failures.push("no write was acknowledged at a new host".into());
@@ -427,6 +437,48 @@ async fn drive(
         timeline.add("check", "", format!("FAILED: {f}"));
     }
     Ok((measures, clients, failures))
+}
+
+/// Adds the ring's history after the fault to the timeline (moves, health, migrations, on the
+/// leader's clock, which on one machine is the harness's); returns the time from the fault to
+/// `victim` judged lost.
+async fn ring_events(
+    world: &World,
+    fault_unix_ms: u64,
+    fault_ms: u64,
+    victim: &str,
+    timeline: &mut Timeline,
+) -> Option<u64> {
+    let history = world
+        .admin
+        .call(pb::HistoryRequest { limit: 0 }, |mut c, r| async move {
+            c.history(r).await
+        })
+        .await
+        .ok()?;
+    let mut detect_ms = None;
+    for e in history.events.iter().filter(|e| e.at_ms >= fault_unix_ms) {
+        let after_fault = e.at_ms - fault_unix_ms;
+        if e.action == "member.health"
+            && (e.subject == victim || e.subject.starts_with(&format!("{victim}(")))
+            && e.detail.contains("-> lost")
+            && detect_ms.is_none()
+        {
+            detect_ms = Some(after_fault);
+        }
+        let kind = if e.action.starts_with("dns") {
+            "dns"
+        } else {
+            "ring"
+        };
+        timeline.add_at(
+            fault_ms + after_fault,
+            kind,
+            &e.subject,
+            format!("{}: {}", e.action, e.detail),
+        );
+    }
+    detect_ms
 }
 
 fn longest_gap(acks: &[Ack]) -> u64 {

@@ -20,9 +20,7 @@ use garden_ring::dns::update::RecordValue;
 use garden_ring::pb;
 use garden_ring::tls::{Identity, Role, Security, TlsStore};
 
-use crate::netns::{
-    REGION, client_address_of_zone, mesh_address, namespace,
-};
+use crate::netns::{REGION, client_address_of_zone, mesh_address, namespace};
 
 /// The ring's DNS zone.
 pub const ZONE: &str = "chaos.garden-ring.test";
@@ -93,18 +91,6 @@ impl Proc {
         Ok(())
     }
 
-    /// Whether it still runs.
-    pub fn running(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
-    }
-
-    /// Its pid, while it runs.
-    pub fn pid(&self) -> Option<i32> {
-        self.child.as_ref().map(|c| c.id() as i32)
-    }
-
     /// Reaps it after it was killed.
     pub fn reap(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -133,20 +119,16 @@ pub struct Member {
 
 /// Everything of one run but the network.
 pub struct World {
-    /// The run's directory.
-    pub dir: PathBuf,
     /// The members, zone order.
     pub members: Vec<Member>,
-    /// `named` and `moto_server`.
-    pub region: Vec<Proc>,
+    /// `named` and `moto_server`, held so that they stop with the world.
+    _region: Vec<Proc>,
     /// The control planes' names.
     pub control_planes: Vec<String>,
     /// A client of every member's Admin API.
     pub admin: AdminClient,
     /// One client per member (to ask each one, not whichever answers first).
     pub per_member: Vec<AdminClient>,
-    /// The `[backup]` settings the members use (to read the buckets afterwards).
-    pub backup: BackupSettings,
 }
 
 fn find_tool(name: &str) -> anyhow::Result<PathBuf> {
@@ -267,10 +249,12 @@ zone "{ZONE}" {{
 /// One HTTP/1.1 request without a body to the object store; returns the status code.
 async fn s3_request(method: &str, path: &str) -> std::io::Result<u16> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream =
-        tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect((REGION, S3_PORT)))
-            .await
-            .map_err(|_| std::io::Error::other("connect timed out"))??;
+    let mut stream = tokio::time::timeout(
+        Duration::from_secs(2),
+        tokio::net::TcpStream::connect((REGION, S3_PORT)),
+    )
+    .await
+    .map_err(|_| std::io::Error::other("connect timed out"))??;
     let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {REGION}:{S3_PORT}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     );
@@ -348,7 +332,7 @@ pub async fn build(
             zone: m.zone.clone(),
             data_dir: home.join("data"),
             listen_peer: m.address.parse()?,
-            listen_admin: format!("0.0.0.0:7400").parse()?,
+            listen_admin: "0.0.0.0:7400".parse()?,
             advertise_peer: None,
             advertise_admin: Some(m.admin_address.clone()),
             initial_members: founders.clone(),
@@ -357,10 +341,7 @@ pub async fn build(
             log: LogSettings::default(),
             backup: backup.clone(),
             tls: Some(TlsSettings {
-                files: garden_ring::demo::tls_files(
-                    &certs,
-                    &Identity::new(Role::Member, &m.name)?,
-                ),
+                files: garden_ring::demo::tls_files(&certs, &Identity::new(Role::Member, &m.name)?),
                 reload_interval_ms: 1_000,
             }),
             insecure: false,
@@ -420,16 +401,20 @@ pub async fn build(
     )?;
     let per_member = founders
         .iter()
-        .map(|m| AdminClient::new(vec![m.admin_address.clone()], security.clone(), "ring-chaos"))
+        .map(|m| {
+            AdminClient::new(
+                vec![m.admin_address.clone()],
+                security.clone(),
+                "ring-chaos",
+            )
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let mut world = World {
-        dir: dir.to_path_buf(),
         members,
-        region,
+        _region: region,
         control_planes: Vec::new(),
         admin,
         per_member,
-        backup,
     };
     world.wait_formed().await?;
     world.register(control_planes).await?;
@@ -453,7 +438,11 @@ impl World {
             .ok()
             .and_then(Result::ok)
         });
-        let answers: Vec<pb::StatusResponse> = futures::future::join_all(asks).await.into_iter().flatten().collect();
+        let answers: Vec<pb::StatusResponse> = futures::future::join_all(asks)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
         answers
             .iter()
             .filter(|s| s.server_state == "leader")
@@ -464,10 +453,15 @@ impl World {
 
     async fn wait_formed(&self) -> anyhow::Result<()> {
         let n = self.members.len();
-        wait_for(Duration::from_secs(60), "the ring formed and every member is healthy", || async {
-            let s = self.status().await?;
-            (s.members.len() == n && s.members.iter().all(|m| m.health == "healthy")).then_some(())
-        })
+        wait_for(
+            Duration::from_secs(60),
+            "the ring formed and every member is healthy",
+            || async {
+                let s = self.status().await?;
+                (s.members.len() == n && s.members.iter().all(|m| m.health == "healthy"))
+                    .then_some(())
+            },
+        )
         .await
     }
 
@@ -479,7 +473,12 @@ impl World {
                 .members
                 .iter()
                 .enumerate()
-                .map(|(z, m)| (m.name.clone(), format!("{}:{port}", client_address_of_zone(z))))
+                .map(|(z, m)| {
+                    (
+                        m.name.clone(),
+                        format!("{}:{port}", client_address_of_zone(z)),
+                    )
+                })
                 .collect();
             let backups: BTreeMap<String, String> = self
                 .members
@@ -505,15 +504,19 @@ impl World {
             self.control_planes.push(name);
         }
         let names = self.control_planes.clone();
-        wait_for(Duration::from_secs(60), "every control plane runs", || async {
-            let s = self.status().await?;
-            let running = s
-                .control_planes
-                .iter()
-                .filter(|c| names.contains(&c.name) && c.phase == "running")
-                .count();
-            (running == names.len()).then_some(())
-        })
+        wait_for(
+            Duration::from_secs(60),
+            "every control plane runs",
+            || async {
+                let s = self.status().await?;
+                let running = s
+                    .control_planes
+                    .iter()
+                    .filter(|c| names.contains(&c.name) && c.phase == "running")
+                    .count();
+                (running == names.len()).then_some(())
+            },
+        )
         .await
     }
 
