@@ -23,8 +23,22 @@ pub enum Fault {
     /// A zone cut off from the other zones, still reaching the region and the clients; its
     /// processes stay alive and must fence themselves.
     ZonePartition,
+    /// A zone cut off from everything, processes alive.
+    ZoneIsolation,
     /// The leader's zone killed.
     LeaderZoneKill,
+    /// A zone killed, then brought back once its control planes moved.
+    ZoneReturn,
+    /// A zone's link to the other zones going down and up every 700 ms for 8 s.
+    FlappingLink,
+    /// A zone killed while the DNS server is stopped; the server comes back after 5 s.
+    DnsOutage,
+    /// A zone killed while the object store is stopped; it comes back after 5 s.
+    ObjectStoreOutage,
+    /// Two of three zones killed; one comes back after 6 s.
+    DoubleZoneLoss,
+    /// Every ringd restarted, one after the other.
+    RollingRestart,
 }
 
 /// A scenario.
@@ -41,7 +55,7 @@ pub struct Scenario {
     pub zero_loss: bool,
 }
 
-/// The scenarios built so far.
+/// The scenarios.
 pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "zone-kill",
@@ -61,7 +75,52 @@ pub const SCENARIOS: &[Scenario] = &[
         fault: Fault::LeaderZoneKill,
         zero_loss: false,
     },
+    Scenario {
+        name: "zone-isolation",
+        description: "a zone cut off from everything, processes alive: it must fence; loss bounded by the snapshot age",
+        fault: Fault::ZoneIsolation,
+        zero_loss: false,
+    },
+    Scenario {
+        name: "zone-return",
+        description: "a zone killed, then brought back: it rejoins, never serves its old control planes, nothing moves back",
+        fault: Fault::ZoneReturn,
+        zero_loss: false,
+    },
+    Scenario {
+        name: "flapping-link",
+        description: "a zone's link to the other zones flaps for 8 s: never two hosts at once, everything serves afterwards",
+        fault: Fault::FlappingLink,
+        zero_loss: false,
+    },
+    Scenario {
+        name: "dns-outage-during-failover",
+        description: "a zone killed while the DNS server is down for 5 s: the move completes and DNS converges",
+        fault: Fault::DnsOutage,
+        zero_loss: false,
+    },
+    Scenario {
+        name: "object-store-outage-during-migration",
+        description: "a zone killed while the object store is down for 5 s: the migration waits and completes",
+        fault: Fault::ObjectStoreOutage,
+        zero_loss: false,
+    },
+    Scenario {
+        name: "double-zone-loss",
+        description: "two of three zones killed: no quorum, nothing moves; one zone returns after 6 s and everything serves again",
+        fault: Fault::DoubleZoneLoss,
+        zero_loss: false,
+    },
+    Scenario {
+        name: "rolling-restart",
+        description: "every ringd restarted in turn: no failover at all, nothing lost",
+        fault: Fault::RollingRestart,
+        zero_loss: true,
+    },
 ];
+
+/// How long an outage of the DNS server or the object store lasts, ms.
+const OUTAGE_MS: u64 = 5_000;
 
 /// Settings of a run.
 #[derive(Debug, Clone)]
@@ -197,22 +256,30 @@ async fn drive(
         .map(|c| (c.name.clone(), c.host.clone()))
         .collect();
     // The zone to break: the leader's, or one that hosts control planes and does not lead.
-    let victim =
-        match scenario.fault {
-            Fault::LeaderZoneKill => leader.clone(),
-            Fault::ZoneKill | Fault::ZonePartition => hosts
-                .values()
-                .find(|h| **h != leader)
-                .cloned()
-                .context("every control plane is on the leader")?,
-        };
+    let victim = match scenario.fault {
+        Fault::LeaderZoneKill => leader.clone(),
+        _ => hosts
+            .values()
+            .find(|h| **h != leader)
+            .cloned()
+            .context("every control plane is on the leader")?,
+    };
     let victim_index = world.member_index(&victim).context("unknown victim")?;
     let victim_zone = world.members[victim_index].zone.clone();
-    let moved: Vec<String> = hosts
-        .iter()
-        .filter(|(_, h)| **h == victim)
-        .map(|(c, _)| c.clone())
-        .collect();
+    // The control planes that must move (none when nothing may move, or anything may).
+    let moved: Vec<String> = match scenario.fault {
+        Fault::FlappingLink | Fault::RollingRestart => Vec::new(),
+        _ => hosts
+            .iter()
+            .filter(|(_, h)| **h == victim)
+            .map(|(c, _)| c.clone())
+            .collect(),
+    };
+    // The other zone lost in double-zone-loss: the first one that is not the victim.
+    let second_index = (0..world.members.len())
+        .find(|i| *i != victim_index)
+        .context("one zone only")?;
+    let second_zone = world.members[second_index].zone.clone();
 
     // Writers, and a warm-up: every control plane acknowledged writes, and a snapshot was
     // taken after them.
@@ -237,17 +304,40 @@ async fn drive(
 
     // The fault.
     let fault_unix_ms = garden_ring::time::unix_ms();
+    let kill = |zone: &str, index: usize, world: &mut World| -> anyhow::Result<usize> {
+        for link in Link::ALL {
+            topology.set_link(zone, link, false)?;
+        }
+        let killed = topology.signal_zone(zone, nix::sys::signal::Signal::SIGKILL);
+        world.members[index].ringd.reap();
+        Ok(killed)
+    };
+    let mut outage: Option<(Instant, usize, &str)> = None;
     let fault_ms = match scenario.fault {
-        Fault::ZoneKill | Fault::LeaderZoneKill => {
-            for link in Link::ALL {
-                topology.set_link(&victim_zone, link, false)?;
-            }
-            let killed = topology.signal_zone(&victim_zone, nix::sys::signal::Signal::SIGKILL);
-            world.members[victim_index].ringd.reap();
+        Fault::ZoneKill | Fault::LeaderZoneKill | Fault::ZoneReturn => {
+            let killed = kill(&victim_zone, victim_index, world)?;
             timeline.add(
                 "fault",
                 &victim_zone,
                 format!("{victim_zone} killed ({killed} processes), links cut"),
+            )
+        }
+        Fault::DnsOutage | Fault::ObjectStoreOutage => {
+            let (which, what) = match scenario.fault {
+                Fault::DnsOutage => (world::NAMED, "the DNS server"),
+                _ => (world::MOTO, "the object store"),
+            };
+            world.region[which].signal(nix::sys::signal::Signal::SIGSTOP);
+            let killed = kill(&victim_zone, victim_index, world)?;
+            outage = Some((
+                Instant::now() + Duration::from_millis(OUTAGE_MS),
+                which,
+                what,
+            ));
+            timeline.add(
+                "fault",
+                &victim_zone,
+                format!("{what} stopped; {victim_zone} killed ({killed} processes)"),
             )
         }
         Fault::ZonePartition => {
@@ -258,7 +348,105 @@ async fn drive(
                 format!("{victim_zone} cut off from the other zones"),
             )
         }
+        Fault::ZoneIsolation => {
+            for link in Link::ALL {
+                topology.set_link(&victim_zone, link, false)?;
+            }
+            timeline.add(
+                "fault",
+                &victim_zone,
+                format!("{victim_zone} cut off from everything, processes alive"),
+            )
+        }
+        Fault::DoubleZoneLoss => {
+            let a = kill(&victim_zone, victim_index, world)?;
+            let b = kill(&second_zone, second_index, world)?;
+            timeline.add(
+                "fault",
+                &victim_zone,
+                format!(
+                    "{victim_zone} and {second_zone} killed ({} processes)",
+                    a + b
+                ),
+            )
+        }
+        Fault::FlappingLink => {
+            let at = timeline.add(
+                "fault",
+                &victim_zone,
+                format!("{victim_zone}'s link to the other zones flaps for 8 s"),
+            );
+            for _ in 0..6 {
+                topology.set_link(&victim_zone, Link::Mesh, false)?;
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                topology.set_link(&victim_zone, Link::Mesh, true)?;
+                tokio::time::sleep(Duration::from_millis(700)).await;
+            }
+            timeline.add("heal", &victim_zone, "the link stays up");
+            at
+        }
+        Fault::RollingRestart => {
+            let at = timeline.add("fault", "", "rolling restart of every ringd");
+            for i in 0..world.members.len() {
+                let name = world.members[i].name.clone();
+                world.members[i]
+                    .ringd
+                    .signal(nix::sys::signal::Signal::SIGTERM);
+                if !world.members[i].ringd.wait_exit(Duration::from_secs(10)) {
+                    anyhow::bail!("ringd {name} did not stop within 10 s of SIGTERM");
+                }
+                world.members[i].ringd.spawn()?;
+                timeline.add(
+                    "fault",
+                    &world.members[i].zone,
+                    format!("ringd {name} restarted"),
+                );
+                // Next one only when this member serves its control planes again.
+                let mine: Vec<&String> = hosts
+                    .iter()
+                    .filter(|(_, h)| **h == name)
+                    .map(|(c, _)| c)
+                    .collect();
+                world::wait_for(
+                    Duration::from_secs(30),
+                    &format!("{name} serves its control planes again"),
+                    || async {
+                        for cp in &mine {
+                            let client = connect(endpoint(cp, i)).await?;
+                            client.status().await.ok()?;
+                        }
+                        Some(())
+                    },
+                )
+                .await?;
+                timeline.add(
+                    "heal",
+                    &world.members[i].zone,
+                    format!("{name} serves again"),
+                );
+            }
+            at
+        }
     };
+    if scenario.fault == Fault::DoubleZoneLoss {
+        // Without a quorum nothing may move: watch for a while, then bring one zone back.
+        let until = Instant::now() + Duration::from_secs(6);
+        while Instant::now() < until {
+            if let Some(s) = world.status().await {
+                for c in &s.control_planes {
+                    if hosts.get(&c.name).is_some_and(|h| *h != c.host) && c.phase == "running" {
+                        anyhow::bail!("{} moved to {} without a quorum", c.name, c.host);
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        for link in Link::ALL {
+            topology.set_link(&second_zone, link, true)?;
+        }
+        world.members[second_index].ringd.spawn()?;
+        timeline.add("heal", &second_zone, format!("{second_zone} back"));
+    }
 
     // Watch until every moved control plane runs elsewhere and its writer was acknowledged
     // there.
@@ -266,6 +454,13 @@ async fn drive(
     let mut elect_ms = None;
     let mut final_status = None;
     loop {
+        if let Some((at, which, what)) = outage
+            && Instant::now() >= at
+        {
+            world.region[which].signal(nix::sys::signal::Signal::SIGCONT);
+            timeline.add("heal", "region", format!("{what} back"));
+            outage = None;
+        }
         if let Some(s) = world.status().await {
             seen.update(&s, timeline);
             if elect_ms.is_none() && victim == leader {
@@ -292,7 +487,8 @@ async fn drive(
                         })
                         .unwrap_or(false)
                 });
-            if all_moved && acked_elsewhere {
+            let all_running = s.control_planes.iter().all(|c| c.phase == "running");
+            if all_moved && acked_elsewhere && all_running && outage.is_none() {
                 final_status = Some(s);
                 break;
             }
@@ -301,6 +497,42 @@ async fn drive(
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut failures = Vec::new();
+    if scenario.fault == Fault::ZoneReturn {
+        for link in Link::ALL {
+            topology.set_link(&victim_zone, link, true)?;
+        }
+        world.members[victim_index].ringd.spawn()?;
+        timeline.add("heal", &victim_zone, format!("{victim_zone} back"));
+        world::wait_for(
+            Duration::from_secs(30),
+            "the returned member is healthy",
+            || async {
+                let s = world.status().await?;
+                s.members
+                    .iter()
+                    .any(|m| m.name == victim && m.health == "healthy")
+                    .then_some(())
+            },
+        )
+        .await?;
+        // Give it time to do something wrong: a lease and a half.
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        if let Some(s) = world.status().await {
+            for c in s.control_planes.iter().filter(|c| moved.contains(&c.name)) {
+                if c.host == victim {
+                    failures.push(format!("{} moved back to {victim} on its own", c.name));
+                }
+            }
+            final_status = Some(s);
+        }
+        for cp in &moved {
+            if connect(endpoint(cp, victim_index)).await.is_some() {
+                // Connecting works only if something listens: the old host serves again.
+                failures.push(format!("{victim} accepts connections for {cp} again"));
+            }
+        }
     }
     // The ring's own record of what it did, with the leader's timestamps.
     let detect_ms = ring_events(world, fault_unix_ms, fault_ms, &victim, timeline).await;
@@ -312,7 +544,6 @@ async fn drive(
         let cp = w.control_plane.clone();
         records.push((cp, w.finish().await));
     }
-    let mut failures = Vec::new();
     let Some(status) = final_status.or(world.status().await) else {
         anyhow::bail!("no member answers after the fault");
     };
@@ -326,6 +557,29 @@ async fn drive(
             "not every control plane of {victim} ({}) runs elsewhere within 60 s",
             moved.join(", ")
         ));
+    }
+
+    if matches!(scenario.fault, Fault::RollingRestart | Fault::FlappingLink) {
+        let epochs: BTreeMap<&str, u64> = before
+            .control_planes
+            .iter()
+            .map(|c| (c.name.as_str(), c.epoch))
+            .collect();
+        for c in &status.control_planes {
+            if c.phase != "running" {
+                failures.push(format!("{} is {} at the end", c.name, c.phase));
+            }
+            if scenario.fault == Fault::RollingRestart
+                && epochs.get(c.name.as_str()) != Some(&c.epoch)
+            {
+                failures.push(format!(
+                    "{} failed over during a rolling restart (epoch {} -> {})",
+                    c.name,
+                    epochs.get(c.name.as_str()).copied().unwrap_or_default(),
+                    c.epoch
+                ));
+            }
+        }
     }
 
     // Read every control plane back and compare with what was acknowledged.
@@ -346,8 +600,11 @@ async fn drive(
             ..ClientStats::default()
         };
         stats.longest_gap_ms = longest_gap(&record.acks);
+        stats.split_brain = split_brain(&record.acks);
         let present = match host_index {
-            Some(z) => read_seqs(&cp, z).await,
+            Some(z) => world::wait_for(Duration::from_secs(10), "it answers", || read_seqs(&cp, z))
+                .await
+                .ok(),
             None => None,
         };
         let Some(present) = present else {
@@ -375,11 +632,6 @@ async fn drive(
                     &cp,
                     format!("first write acknowledged at {host}, {rto} ms after the fault"),
                 );
-                stats.split_brain = record
-                    .acks
-                    .iter()
-                    .filter(|a| a.zone == victim_index && a.at_ms > first.at_ms)
-                    .count() as u64;
             }
             let migration = now.and_then(|c| c.migration.clone());
             if let Some(m) = &migration {
@@ -423,6 +675,7 @@ async fn drive(
         clients.push(stats);
     }
     if let Some(rto) = measures.rto_ms
+        && scenario.fault != Fault::DoubleZoneLoss
         && rto > options.rto_budget_ms
     {
         failures.push(format!(
@@ -449,13 +702,7 @@ async fn ring_events(
     victim: &str,
     timeline: &mut Timeline,
 ) -> Option<u64> {
-    let history = world
-        .admin
-        .call(pb::HistoryRequest { limit: 0 }, |mut c, r| async move {
-            c.history(r).await
-        })
-        .await
-        .ok()?;
+    let history = world.history().await?;
     let mut detect_ms = None;
     for e in history.events.iter().filter(|e| e.at_ms >= fault_unix_ms) {
         let after_fault = e.at_ms - fault_unix_ms;
@@ -479,6 +726,27 @@ async fn ring_events(
         );
     }
     detect_ms
+}
+
+/// Acknowledgements by a host after another host acknowledged a later write: once a new host
+/// answered, every earlier host must be silent.
+fn split_brain(acks: &[Ack]) -> u64 {
+    let mut current = None;
+    let mut retired = std::collections::BTreeSet::new();
+    let mut count = 0;
+    for a in acks {
+        if retired.contains(&a.zone) {
+            count += 1;
+            continue;
+        }
+        if let Some(z) = current
+            && z != a.zone
+        {
+            retired.insert(z);
+        }
+        current = Some(a.zone);
+    }
+    count
 }
 
 fn longest_gap(acks: &[Ack]) -> u64 {
@@ -506,4 +774,45 @@ async fn read_seqs(cp: &str, z: usize) -> Option<std::collections::BTreeSet<u64>
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acks(zones: &[usize]) -> Vec<Ack> {
+        zones
+            .iter()
+            .enumerate()
+            .map(|(i, z)| Ack {
+                seq: i as u64 + 1,
+                at_ms: i as u64 * 10,
+                zone: *z,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_old_host_acknowledging_after_the_new_one_is_split_brain() {
+        assert_eq!(split_brain(&acks(&[0, 0, 1, 1])), 0);
+        assert_eq!(split_brain(&acks(&[0, 0, 1, 0, 1])), 1);
+        assert_eq!(split_brain(&acks(&[0, 1, 2, 0, 1])), 2);
+        assert_eq!(split_brain(&[]), 0);
+    }
+
+    #[test]
+    fn gaps_are_between_acknowledgements() {
+        let mut a = acks(&[0, 0, 1]);
+        a[2].at_ms = 500;
+        assert_eq!(longest_gap(&a), 490);
+        assert_eq!(longest_gap(&a[..1]), 0);
+    }
+
+    #[test]
+    fn scenario_names_are_unique() {
+        let mut names: Vec<_> = SCENARIOS.iter().map(|s| s.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), SCENARIOS.len());
+    }
 }

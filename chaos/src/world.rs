@@ -35,6 +35,11 @@ pub const SNAPSHOT_INTERVAL_MS: u64 = 1_000;
 /// Longest wait for a service to answer.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Index of `named` in [`World::region`].
+pub const NAMED: usize = 0;
+/// Index of `moto_server` in [`World::region`].
+pub const MOTO: usize = 1;
+
 /// Where the binaries are.
 #[derive(Debug, Clone)]
 pub struct Binaries {
@@ -91,6 +96,29 @@ impl Proc {
         Ok(())
     }
 
+    /// Sends `signal` to it (`ip netns exec` execs the program, so this is the program).
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        if let Some(child) = &self.child {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal);
+        }
+    }
+
+    /// Waits (at most `timeout`) for it to exit; false when it still runs.
+    pub fn wait_exit(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while let Some(child) = self.child.as_mut() {
+            if !matches!(child.try_wait(), Ok(None)) {
+                self.child = None;
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    }
+
     /// Reaps it after it was killed.
     pub fn reap(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -121,8 +149,8 @@ pub struct Member {
 pub struct World {
     /// The members, zone order.
     pub members: Vec<Member>,
-    /// `named` and `moto_server`, held so that they stop with the world.
-    _region: Vec<Proc>,
+    /// `named` ([`NAMED`]) and `moto_server` ([`MOTO`]); they stop with the world.
+    pub region: Vec<Proc>,
     /// The control planes' names.
     pub control_planes: Vec<String>,
     /// A client of every member's Admin API.
@@ -411,7 +439,7 @@ pub async fn build(
         .collect::<Result<Vec<_>, _>>()?;
     let mut world = World {
         members,
-        _region: region,
+        region,
         control_planes: Vec::new(),
         admin,
         per_member,
@@ -449,6 +477,25 @@ impl World {
             .max_by_key(|s| s.term)
             .or_else(|| answers.iter().max_by_key(|s| s.applied_index))
             .cloned()
+    }
+
+    /// The ring's history as its leader keeps it (a member cut off from the others would
+    /// answer with the history it last applied).
+    pub async fn history(&self) -> Option<pb::HistoryResponse> {
+        let leader = self.status().await?;
+        let name = &leader
+            .members
+            .iter()
+            .find(|m| m.id == leader.member_id)?
+            .name;
+        let index = self.member_index(name)?;
+        self.per_member[index]
+            .call_once(
+                pb::HistoryRequest { limit: 0 },
+                &mut |mut c, r| async move { c.history(r).await },
+            )
+            .await
+            .ok()
     }
 
     async fn wait_formed(&self) -> anyhow::Result<()> {
