@@ -38,6 +38,9 @@ pub struct Record {
     pub attempted: u64,
     /// Acknowledged writes, in order.
     pub acks: Vec<Ack>,
+    /// When the name was first seen pointing at a zone other than before: (ms since the run
+    /// started, zone).
+    pub dns_changes: Vec<(u64, usize)>,
 }
 
 /// A running writer.
@@ -106,6 +109,7 @@ async fn write_loop(
 ) {
     let mut seq = 0u64;
     let mut current: Option<(usize, EtcdClient)> = None;
+    let mut last_zone = None;
     while !*stop.borrow() {
         if current.is_none() {
             let Some(ip) = resolve(&cp).await else {
@@ -116,6 +120,14 @@ async fn write_loop(
                 tokio::time::sleep(Duration::from_millis(RETRY_PAUSE_MS)).await;
                 continue;
             };
+            if last_zone != Some(zone) {
+                last_zone = Some(zone);
+                let at_ms = start.elapsed().as_millis() as u64;
+                let mut r = record.lock().unwrap_or_else(|e| e.into_inner());
+                if r.dns_changes.len() < MAX_ACKS {
+                    r.dns_changes.push((at_ms, zone));
+                }
+            }
             match connect(endpoint(&cp, zone)).await {
                 Some(client) => current = Some((zone, client)),
                 None => {
