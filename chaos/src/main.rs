@@ -32,32 +32,35 @@ struct Cli {
     command: Cmd,
 }
 
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// The scenario (see `ring-chaos list`); repeat for several.
+    #[arg(long = "scenario", required_unless_present = "all")]
+    scenarios: Vec<String>,
+    /// Every scenario.
+    #[arg(long, conflicts_with = "scenarios")]
+    all: bool,
+    /// Runs of each scenario.
+    #[arg(long, default_value_t = 1)]
+    runs: u32,
+    /// Where the reports (and each run's logs) go.
+    #[arg(long, default_value = "target/chaos")]
+    out: PathBuf,
+    /// Directory with ringd and ring-guard (default: next to ring-chaos).
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// A run whose RTO is above this fails, ms.
+    #[arg(long, default_value_t = 15_000)]
+    rto_budget_ms: u64,
+    /// Control planes registered (spread over the zones).
+    #[arg(long, default_value_t = 3)]
+    control_planes: usize,
+}
+
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Run scenarios and write runs.json, report.md and a timeline SVG per run.
-    Run {
-        /// The scenario (see `ring-chaos list`); repeat for several.
-        #[arg(long = "scenario", required_unless_present = "all")]
-        scenarios: Vec<String>,
-        /// Every scenario.
-        #[arg(long, conflicts_with = "scenarios")]
-        all: bool,
-        /// Runs of each scenario.
-        #[arg(long, default_value_t = 1)]
-        runs: u32,
-        /// Where the reports (and each run's logs) go.
-        #[arg(long, default_value = "target/chaos")]
-        out: PathBuf,
-        /// Directory with ringd and ring-guard (default: next to ring-chaos).
-        #[arg(long)]
-        bin_dir: Option<PathBuf>,
-        /// A run whose RTO is above this fails, ms.
-        #[arg(long, default_value_t = 15_000)]
-        rto_budget_ms: u64,
-        /// Control planes registered (spread over the zones).
-        #[arg(long, default_value_t = 3)]
-        control_planes: usize,
-    },
+    Run(RunArgs),
     /// List the scenarios.
     List,
     /// Remove namespaces an earlier, killed run left behind.
@@ -82,23 +85,7 @@ fn main() -> ExitCode {
             println!("removed {} namespaces {}", removed.len(), removed.join(" "));
             ExitCode::SUCCESS
         }
-        Cmd::Run {
-            scenarios,
-            all,
-            runs,
-            out,
-            bin_dir,
-            rto_budget_ms,
-            control_planes,
-        } => match run(
-            scenarios,
-            all,
-            runs,
-            out,
-            bin_dir,
-            rto_budget_ms,
-            control_planes,
-        ) {
+        Cmd::Run(args) => match run(args) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::FAILURE,
             Err(e) => {
@@ -118,15 +105,16 @@ fn need_root() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn run(
-    names: Vec<String>,
-    all: bool,
-    runs: u32,
-    out: PathBuf,
-    bin_dir: Option<PathBuf>,
-    rto_budget_ms: u64,
-    control_planes: usize,
-) -> anyhow::Result<bool> {
+fn run(args: RunArgs) -> anyhow::Result<bool> {
+    let RunArgs {
+        scenarios: names,
+        all,
+        runs,
+        out,
+        bin_dir,
+        rto_budget_ms,
+        control_planes,
+    } = args;
     let chosen: Vec<Scenario> = if all {
         SCENARIOS.to_vec()
     } else {
@@ -152,6 +140,11 @@ fn run(
     };
     if runs == 0 || runs > 1_000 {
         anyhow::bail!("--runs must be 1 to 1000");
+    }
+    if !(3..=9).contains(&control_planes) {
+        anyhow::bail!(
+            "--control-planes must be 3 to 9 (one endpoint port each, spread over 3 zones)"
+        );
     }
     need_root()?;
     let ring_dir = match bin_dir {
