@@ -384,6 +384,7 @@ pub async fn build(
                 verify_servers: vec![DNS_SERVER],
                 ..DnsSettings::default()
             },
+            metrics: Default::default(),
             placement: PlacementSettings {
                 min_move_interval_ms: 1_000,
                 capacity: 0,

@@ -227,6 +227,16 @@ pub enum DriverKind {
     Etcd,
 }
 
+/// The member's HTTP endpoint (`[metrics]`): `/metrics`, `/healthz`, `/readyz`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsSettings {
+    /// Where to serve it (plain HTTP; bind it to an address only Prometheus and the kubelet
+    /// reach). Unset: not served.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
+}
+
 /// The `etcd` driver (`[driver.etcd]`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -662,6 +672,9 @@ pub struct Config {
     /// How control planes are run.
     #[serde(default)]
     pub driver: DriverSettings,
+    /// The HTTP endpoint for metrics and probes.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub metrics: MetricsSettings,
     /// Object-store access for etcd backups.
     #[serde(default, skip_serializing_if = "is_default")]
     pub backup: BackupSettings,

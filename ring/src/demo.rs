@@ -364,6 +364,7 @@ impl Demo {
                         .collect(),
                     ..DnsSettings::default()
                 },
+                metrics: Default::default(),
                 placement: PlacementSettings {
                     min_move_interval_ms: 10_000,
                     capacity: 0,

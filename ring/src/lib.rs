@@ -42,6 +42,7 @@ pub mod duties;
 pub mod fuzz;
 pub mod leases;
 pub mod membership;
+pub mod metrics;
 pub mod node;
 pub mod raft;
 pub mod secret;

@@ -213,6 +213,10 @@ impl Member {
         let db = storage::open(&config.data_dir, id)?;
         let peer_listener = bind("peer", config.listen_peer).await?;
         let admin_listener = bind("admin", config.listen_admin).await?;
+        let metrics_listener = match config.metrics.listen {
+            Some(address) => Some(bind("metrics", address).await?),
+            None => None,
+        };
         let dns_sockets = match (config.dns.provider, config.dns.listen) {
             (DnsProvider::Builtin, Some(listen)) => Some(
                 crate::dns::server::Sockets::bind(listen)
@@ -398,6 +402,20 @@ impl Member {
             Workloads::from_config(&config)?,
             config.timing.lease_ms,
         );
+        if let Some(listener) = metrics_listener {
+            tracing::info!(address = ?config.metrics.listen, "metrics endpoint listening (/metrics, /healthz, /readyz)");
+            tasks.push(crate::metrics::serve(
+                listener,
+                crate::metrics::Sources {
+                    raft: raft.clone(),
+                    state: state.clone(),
+                    own: agent.own_lease(),
+                    counters: state.counters(),
+                    name: config.name.clone(),
+                },
+                stopped.clone(),
+            ));
+        }
         if let Some(sockets) = dns_sockets {
             let (zone, feeder) =
                 crate::dns::server::feed(state.clone(), config.dns.ttl_s, stopped.clone());

@@ -382,6 +382,7 @@ pub fn member_config(
                 ..settings.clone()
             },
         },
+        metrics: Default::default(),
         placement: PlacementSettings {
             min_move_interval_ms: 1_000,
             capacity: 0,

@@ -63,6 +63,7 @@ pub struct StateMachineStore {
     applied: Arc<RwLock<Applied>>,
     snapshot: Arc<Mutex<Option<StoredSnapshot>>>,
     applied_index: watch::Sender<u64>,
+    counters: Arc<crate::metrics::Counters>,
 }
 
 impl StateMachineStore {
@@ -96,6 +97,7 @@ impl StateMachineStore {
             applied: Arc::new(RwLock::new(applied)),
             snapshot: Arc::new(Mutex::new(stored)),
             applied_index,
+            counters: Arc::default(),
         })
     }
 
@@ -103,6 +105,11 @@ impl StateMachineStore {
     pub fn read<T>(&self, f: impl FnOnce(&Applied) -> T) -> T {
         let guard = self.applied.read().unwrap_or_else(|e| e.into_inner());
         f(&guard)
+    }
+
+    /// The counters fed with every applied command (for `/metrics`).
+    pub fn counters(&self) -> Arc<crate::metrics::Counters> {
+        self.counters.clone()
     }
 
     /// A receiver that sees the applied index advance.
@@ -213,8 +220,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     EntryPayload::Blank => Ok(()),
                     EntryPayload::Normal(proposal) => {
                         let result = applied.state.apply(index, proposal);
-                        if let Err(e) = &result {
-                            tracing::debug!(index, %proposal, error = %e, "command refused");
+                        match &result {
+                            Ok(()) => self.counters.applied(&applied.state, proposal),
+                            Err(e) => {
+                                tracing::debug!(index, %proposal, error = %e, "command refused")
+                            }
                         }
                         result
                     }

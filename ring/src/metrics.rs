@@ -1,0 +1,370 @@
+//! The member's HTTP endpoint (`[metrics] listen`): `/metrics` in Prometheus' text format,
+//! `/healthz` (the process runs) and `/readyz` (part of a quorum with a current lease).
+//!
+//! Gauges are read at scrape time from Raft's metrics, the applied state and the member's own
+//! lease. Counters are kept by [`Counters`], which the state machine feeds with every applied
+//! command: every member counts the moves it applied and times the migrations that ended
+//! (from the move's commit to the new host serving), so any member can be scraped. Counters
+//! start at zero with the process (a restart replays what the log still holds).
+//!
+//! The server is deliberately small: HTTP/1.0-style, one request per connection, a request
+//! head of at most [`MAX_REQUEST_BYTES`], answered within [`REQUEST_TIMEOUT_MS`].
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use openraft::type_config::async_runtime::watch::WatchReceiver;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::agent::OwnLease;
+use crate::core::state::{MoveKind, Phase, RingState};
+use crate::core::{Command, Proposal};
+use crate::raft::{RaftNode, StateMachineStore};
+use crate::time::{monotonic_ms, unix_ms};
+
+/// Largest request head read, bytes.
+pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
+/// Longest a client may take to send its request, ms.
+pub const REQUEST_TIMEOUT_MS: u64 = 5_000;
+/// Upper bounds of the migration-duration histogram, seconds.
+pub const DURATION_BUCKETS_S: [f64; 10] = [0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+
+const MOVE_KINDS: [MoveKind; 5] = [
+    MoveKind::Placement,
+    MoveKind::Failover,
+    MoveKind::Switchover,
+    MoveKind::Drain,
+    MoveKind::Forced,
+];
+
+fn kind_label(kind: MoveKind) -> &'static str {
+    match kind {
+        MoveKind::Placement => "placement",
+        MoveKind::Failover => "failover",
+        MoveKind::Switchover => "switchover",
+        MoveKind::Drain => "drain",
+        MoveKind::Forced => "forced",
+    }
+}
+
+/// Counters fed by the state machine.
+#[derive(Debug, Default)]
+pub struct Counters {
+    moves: [AtomicU64; 5],
+    migration_buckets: [AtomicU64; DURATION_BUCKETS_S.len()],
+    migration_count: AtomicU64,
+    migration_sum_ms: AtomicU64,
+    migration_bytes: AtomicU64,
+}
+
+impl Counters {
+    /// Records `proposal`, just applied successfully, with `state` as it is afterwards.
+    pub fn applied(&self, state: &RingState, proposal: &Proposal) {
+        match &proposal.command {
+            Command::MoveControlPlane { kind, .. } => {
+                if let Some(i) = MOVE_KINDS.iter().position(|k| k == kind) {
+                    self.moves[i].fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Command::ReportServing { name, epoch, .. } => {
+                let Some(m) = state
+                    .control_planes
+                    .get(name)
+                    .and_then(|cp| cp.migration.as_ref())
+                    .filter(|m| m.epoch == *epoch && m.from.is_some())
+                else {
+                    return;
+                };
+                let took_ms = m.updated_unix_ms.saturating_sub(m.started_unix_ms);
+                let took_s = took_ms as f64 / 1000.0;
+                for (bucket, bound) in self.migration_buckets.iter().zip(DURATION_BUCKETS_S) {
+                    if took_s <= bound {
+                        bucket.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                self.migration_count.fetch_add(1, Ordering::Relaxed);
+                self.migration_sum_ms.fetch_add(took_ms, Ordering::Relaxed);
+                self.migration_bytes
+                    .fetch_add(m.bytes_copied, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What the endpoint reads.
+#[derive(Clone)]
+pub struct Sources {
+    /// This member's Raft node.
+    pub raft: RaftNode,
+    /// The applied state.
+    pub state: StateMachineStore,
+    /// This member's lease.
+    pub own: Arc<OwnLease>,
+    /// The counters.
+    pub counters: Arc<Counters>,
+    /// This member's name.
+    pub name: String,
+}
+
+impl Sources {
+    /// Ready: a leader is known, and this member's lease is current for state at least as
+    /// fresh as the leader's when it granted the lease.
+    pub fn ready(&self) -> Result<(), String> {
+        let m = self.raft.metrics().borrow_watched().clone();
+        if m.current_leader.is_none() {
+            return Err("no leader known".into());
+        }
+        let applied = m.last_applied.map(|l| l.index).unwrap_or(0);
+        if !self.own.vouches(monotonic_ms(), applied) {
+            return Err("no current lease (cut off from the quorum, or not renewed yet)".into());
+        }
+        Ok(())
+    }
+
+    /// The metrics in Prometheus' text format.
+    pub fn render(&self) -> String {
+        let m = self.raft.metrics().borrow_watched().clone();
+        let mut out = String::new();
+        let mut gauge = |name: &str, help: &str, value: f64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+            );
+        };
+        gauge(
+            "garden_ring_raft_term",
+            "Current Raft term.",
+            m.current_term as f64,
+        );
+        gauge(
+            "garden_ring_raft_leader",
+            "Raft id of the leader this member knows (0: none).",
+            m.current_leader.unwrap_or(0) as f64,
+        );
+        gauge(
+            "garden_ring_raft_is_leader",
+            "1 when this member leads.",
+            f64::from(u8::from(m.current_leader == Some(m.id))),
+        );
+        gauge(
+            "garden_ring_raft_applied_index",
+            "Index of the last applied log entry.",
+            m.last_applied.map(|l| l.index).unwrap_or(0) as f64,
+        );
+        gauge(
+            "garden_ring_raft_last_log_index",
+            "Index of the last log entry.",
+            m.last_log_index.unwrap_or(0) as f64,
+        );
+        gauge(
+            "garden_ring_lease_remaining_seconds",
+            "Time left on this member's lease.",
+            self.own.remaining_ms(monotonic_ms()) as f64 / 1000.0,
+        );
+        gauge(
+            "garden_ring_ready",
+            "1 when /readyz answers 200.",
+            f64::from(u8::from(self.ready().is_ok())),
+        );
+        let now_ms = unix_ms();
+        let _ = self.state.read(|a| {
+            let state = &a.state;
+            let _ = writeln!(
+                out,
+                "# HELP garden_ring_member_health 1 for the member's health as the ring last judged it.\n# TYPE garden_ring_member_health gauge"
+            );
+            for member in state.members.values() {
+                for health in ["unknown", "healthy", "suspect", "lost"] {
+                    let _ = writeln!(
+                        out,
+                        "garden_ring_member_health{{member=\"{}\",zone=\"{}\",health=\"{health}\"}} {}",
+                        member.name,
+                        member.zone,
+                        u8::from(member.health.to_string() == health)
+                    );
+                }
+            }
+            let _ = writeln!(
+                out,
+                "# HELP garden_ring_control_plane_running 1 when the control plane runs at its host.\n# TYPE garden_ring_control_plane_running gauge"
+            );
+            for cp in state.control_planes.values() {
+                let _ = writeln!(
+                    out,
+                    "garden_ring_control_plane_running{{control_plane=\"{}\",host=\"{}\"}} {}",
+                    cp.name,
+                    cp.host.as_deref().unwrap_or(""),
+                    u8::from(cp.phase == Phase::Running)
+                );
+            }
+            let _ = writeln!(
+                out,
+                "# HELP garden_ring_control_plane_epoch The control plane's fencing epoch.\n# TYPE garden_ring_control_plane_epoch gauge"
+            );
+            for cp in state.control_planes.values() {
+                let _ = writeln!(
+                    out,
+                    "garden_ring_control_plane_epoch{{control_plane=\"{}\"}} {}",
+                    cp.name, cp.epoch
+                );
+            }
+            let _ = writeln!(
+                out,
+                "# HELP garden_ring_migration_data_loss_window_seconds Data-loss window of the control plane's last migration (age of the snapshot restored).\n# TYPE garden_ring_migration_data_loss_window_seconds gauge"
+            );
+            for cp in state.control_planes.values() {
+                if let Some(w) = cp.migration.as_ref().and_then(|m| m.data_loss_window_ms) {
+                    let _ = writeln!(
+                        out,
+                        "garden_ring_migration_data_loss_window_seconds{{control_plane=\"{}\"}} {}",
+                        cp.name,
+                        w as f64 / 1000.0
+                    );
+                }
+            }
+            let _ = writeln!(
+                out,
+                "# HELP garden_ring_migration_age_seconds Time since the control plane's last migration began.\n# TYPE garden_ring_migration_age_seconds gauge"
+            );
+            for cp in state.control_planes.values() {
+                if let Some(m) = &cp.migration {
+                    let _ = writeln!(
+                        out,
+                        "garden_ring_migration_age_seconds{{control_plane=\"{}\",step=\"{}\"}} {}",
+                        cp.name,
+                        m.step,
+                        now_ms.saturating_sub(m.started_unix_ms) as f64 / 1000.0
+                    );
+                }
+            }
+        });
+        let c = &self.counters;
+        let _ = writeln!(
+            out,
+            "# HELP garden_ring_moves_total Control-plane moves applied by this member since it started, by kind.\n# TYPE garden_ring_moves_total counter"
+        );
+        for (kind, count) in MOVE_KINDS.iter().zip(&c.moves) {
+            let _ = writeln!(
+                out,
+                "garden_ring_moves_total{{kind=\"{}\"}} {}",
+                kind_label(*kind),
+                count.load(Ordering::Relaxed)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP garden_ring_migration_duration_seconds From a move's commit to the new host serving (moves of a control plane that had a host).\n# TYPE garden_ring_migration_duration_seconds histogram"
+        );
+        for (bound, bucket) in DURATION_BUCKETS_S.iter().zip(&c.migration_buckets) {
+            let _ = writeln!(
+                out,
+                "garden_ring_migration_duration_seconds_bucket{{le=\"{bound}\"}} {}",
+                bucket.load(Ordering::Relaxed)
+            );
+        }
+        let count = c.migration_count.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "garden_ring_migration_duration_seconds_bucket{{le=\"+Inf\"}} {count}\ngarden_ring_migration_duration_seconds_sum {}\ngarden_ring_migration_duration_seconds_count {count}",
+            c.migration_sum_ms.load(Ordering::Relaxed) as f64 / 1000.0
+        );
+        let _ = writeln!(
+            out,
+            "# HELP garden_ring_migration_bytes_total Bytes copied by the migrations that ended.\n# TYPE garden_ring_migration_bytes_total counter\ngarden_ring_migration_bytes_total {}",
+            c.migration_bytes.load(Ordering::Relaxed)
+        );
+        out
+    }
+}
+
+/// Serves the endpoint on `listener` until `stopped` turns true.
+pub fn serve(
+    listener: TcpListener,
+    sources: Sources,
+    mut stopped: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                _ = stopped.wait_for(|s| *s) => return,
+            };
+            let Ok((stream, _)) = accepted else { continue };
+            let sources = sources.clone();
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(
+                    Duration::from_millis(REQUEST_TIMEOUT_MS),
+                    answer(stream, &sources),
+                )
+                .await;
+            });
+        }
+    })
+}
+
+async fn answer(mut stream: tokio::net::TcpStream, sources: &Sources) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+        if head.len() > MAX_REQUEST_BYTES {
+            return respond(&mut stream, 431, "request head too large\n").await;
+        }
+    }
+    let line = String::from_utf8_lossy(&head);
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    if method != "GET" {
+        return respond(&mut stream, 405, "only GET\n").await;
+    }
+    match path.split('?').next().unwrap_or("") {
+        "/metrics" => respond(&mut stream, 200, &sources.render()).await,
+        "/healthz" => respond(&mut stream, 200, "ok\n").await,
+        "/readyz" => match sources.ready() {
+            Ok(()) => respond(&mut stream, 200, "ready\n").await,
+            Err(why) => respond(&mut stream, 503, &format!("not ready: {why}\n")).await,
+        },
+        _ => {
+            respond(
+                &mut stream,
+                404,
+                "not found: try /metrics, /healthz or /readyz\n",
+            )
+            .await
+        }
+    }
+}
+
+async fn respond(
+    stream: &mut tokio::net::TcpStream,
+    status: u16,
+    body: &str,
+) -> std::io::Result<()> {
+    let reason = match status {
+        200 => "OK",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        431 => "Request Header Fields Too Large",
+        _ => "Service Unavailable",
+    };
+    let content_type = if body.starts_with("# HELP") {
+        "text/plain; version=0.0.4"
+    } else {
+        "text/plain"
+    };
+    let response = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(response.as_bytes()).await?;
+    stream.shutdown().await
+}
