@@ -172,7 +172,7 @@ impl Sources {
             f64::from(u8::from(self.ready().is_ok())),
         );
         let now_ms = unix_ms();
-        let _ = self.state.read(|a| {
+        self.state.read(|a| {
             let state = &a.state;
             let _ = writeln!(
                 out,
