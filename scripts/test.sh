@@ -38,6 +38,8 @@ ensure_tools() {
     command -v named >/dev/null 2>&1 || [ -x /usr/sbin/named ] || packages+=(bind9)
     command -v tsig-keygen >/dev/null 2>&1 || [ -x /usr/sbin/tsig-keygen ] || packages+=(bind9-utils)
     command -v dig >/dev/null 2>&1 || packages+=(bind9-dnsutils)
+    # promtool checks the Prometheus alert rules in deploy/prometheus.
+    command -v promtool >/dev/null 2>&1 || packages+=(prometheus)
     # Network namespaces for ring-chaos.
     command -v ip >/dev/null 2>&1 || packages+=(iproute2)
     # A real etcd for the backup tests (the etcd driver, snapshots and restores).
@@ -83,6 +85,10 @@ cargo fmt --all --check
 
 banner "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
+
+banner "promtool check rules / test rules deploy/prometheus"
+promtool check rules deploy/prometheus/alerts.yml
+(cd deploy/prometheus && promtool test rules alerts_test.yml)
 
 banner "cargo build --workspace --bins (the integration tests start these binaries)"
 cargo build --workspace --bins

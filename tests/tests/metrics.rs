@@ -60,6 +60,29 @@ async fn metrics_count_and_time_a_failover() {
         );
     }
     assert_eq!(get(metrics[0], "/nope").map(|r| r.0), Some(404));
+    // Every metric the shipped alert rules use is served.
+    let rules = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/prometheus/alerts.yml"
+    ))
+    .unwrap();
+    let (_, body) = get(metrics[0], "/metrics").unwrap();
+    let mut used = 0;
+    for name in rules
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("garden_ring_"))
+    {
+        used += 1;
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix))
+            .unwrap_or(name);
+        assert!(
+            body.contains(&format!("# TYPE {family} ")),
+            "alerts.yml uses {name}, which /metrics does not declare"
+        );
+    }
+    assert!(used >= 7, "{used} metric names found in alerts.yml");
 
     let killed = Instant::now();
     ring.procs[0].kill9();
