@@ -516,19 +516,57 @@ fn uploads_started(moto: &Moto, bucket: &str, key: &str) -> usize {
         .count()
 }
 
+/// Two buckets behind a proxy that can cut the store off, six snapshots in the source, and
+/// a watcher that reads the destination directly (past the proxy).
+struct Outage {
+    _dir: tempfile::TempDir,
+    moto: Moto,
+    proxy: Proxy,
+    source: BackupLocation,
+    destination: BackupLocation,
+    watcher: BackupLocation,
+    fixtures: BTreeMap<String, Vec<u8>>,
+    via_proxy: BackupSettings,
+}
+
+impl Outage {
+    async fn set_up() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let moto = Moto::start(&dir.path().join("moto"));
+        moto.create_bucket("zone-a");
+        moto.create_bucket("zone-b");
+        let direct = moto.settings(&moto.endpoint());
+        let proxy = Proxy::start(moto.addr());
+        let via_proxy = moto.settings(&proxy.endpoint());
+        let source = BackupLocation::parse("s3://zone-a/etcd-main", &via_proxy).unwrap();
+        let destination = BackupLocation::parse("s3://zone-b/etcd-main", &via_proxy).unwrap();
+        let watcher = BackupLocation::parse("s3://zone-b/etcd-main", &direct).unwrap();
+        let fixtures = write_many(&source, 6).await;
+        Self {
+            _dir: dir,
+            moto,
+            proxy,
+            source,
+            destination,
+            watcher,
+            fixtures,
+            via_proxy,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_store_outage_mid_copy_is_retried_and_the_copy_completes() {
-    let dir = tempfile::tempdir().unwrap();
-    let moto = Moto::start(&dir.path().join("moto"));
-    moto.create_bucket("zone-a");
-    moto.create_bucket("zone-b");
-    let direct = moto.settings(&moto.endpoint());
-    let proxy = Proxy::start(moto.addr());
-    let via_proxy = moto.settings(&proxy.endpoint());
-    let source = BackupLocation::parse("s3://zone-a/etcd-main", &via_proxy).unwrap();
-    let destination = BackupLocation::parse("s3://zone-b/etcd-main", &via_proxy).unwrap();
-    let watcher = BackupLocation::parse("s3://zone-b/etcd-main", &direct).unwrap();
-    let fixtures = write_many(&source, 6).await;
+    let Outage {
+        _dir,
+        moto,
+        proxy,
+        source,
+        destination,
+        watcher,
+        fixtures,
+        ..
+    } = Outage::set_up().await;
 
     let (progress_tx, mut progress) = watch::channel(CopyProgress::default());
     let copy_options = CopyOptions {
@@ -602,17 +640,16 @@ async fn a_store_outage_mid_copy_is_retried_and_the_copy_completes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_copy_that_gives_up_during_an_outage_resumes_without_recopying() {
-    let dir = tempfile::tempdir().unwrap();
-    let moto = Moto::start(&dir.path().join("moto"));
-    moto.create_bucket("zone-a");
-    moto.create_bucket("zone-b");
-    let direct = moto.settings(&moto.endpoint());
-    let proxy = Proxy::start(moto.addr());
-    let via_proxy = moto.settings(&proxy.endpoint());
-    let source = BackupLocation::parse("s3://zone-a/etcd-main", &via_proxy).unwrap();
-    let destination = BackupLocation::parse("s3://zone-b/etcd-main", &via_proxy).unwrap();
-    let watcher = BackupLocation::parse("s3://zone-b/etcd-main", &direct).unwrap();
-    let fixtures = write_many(&source, 6).await;
+    let Outage {
+        _dir,
+        moto,
+        proxy,
+        source,
+        destination,
+        watcher,
+        fixtures,
+        via_proxy,
+    } = Outage::set_up().await;
 
     let (progress_tx, mut progress) = watch::channel(CopyProgress::default());
     let impatient = CopyOptions {
