@@ -859,16 +859,14 @@ impl Config {
         let bin_dir = self
             .etcd_bin_dir()
             .map_err(|why| invalid("driver.etcd.bin_dir", why))?;
-        for tool in ["etcd"] {
-            if !bin_dir.join(tool).is_file() {
-                return Err(invalid(
-                    "driver.etcd.bin_dir",
-                    format!(
-                        "{} has no {tool} (on Debian: apt-get install etcd-server etcd-client)",
-                        bin_dir.display()
-                    ),
-                ));
-            }
+        if !bin_dir.join("etcd").is_file() {
+            return Err(invalid(
+                "driver.etcd.bin_dir",
+                format!(
+                    "{} has no etcd (on Debian: apt-get install etcd-server etcd-client)",
+                    bin_dir.display()
+                ),
+            ));
         }
         if !bin_dir.join("etcdutl").is_file() && !bin_dir.join("etcdctl").is_file() {
             return Err(invalid(

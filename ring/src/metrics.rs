@@ -107,8 +107,6 @@ pub struct Sources {
     pub own: Arc<OwnLease>,
     /// The counters.
     pub counters: Arc<Counters>,
-    /// This member's name.
-    pub name: String,
 }
 
 impl Sources {

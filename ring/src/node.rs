@@ -411,7 +411,6 @@ impl Member {
                     state: state.clone(),
                     own: agent.own_lease(),
                     counters: state.counters(),
-                    name: config.name.clone(),
                 },
                 stopped.clone(),
             ));

@@ -483,7 +483,8 @@ async fn prepare_once(
                 from.as_deref().unwrap_or_default()
             )));
         }
-        Err(e) if e.is_retryable() => return Err(Prepare::Retry(e.to_string())),
+        // Retried with backoff even when not retryable (a missing tool, a snapshot of the wrong
+        // cluster): ending the instance would only have the agent start it again next round.
         Err(e) => return Err(Prepare::Retry(e.to_string())),
     }
     // Into place in one rename: a data directory exists only once it is complete.
