@@ -1,4 +1,9 @@
 //! Generates the gRPC code from `../proto` with protox (pure Rust), so no system `protoc` is needed.
+//!
+//! It also writes the Admin API's encoded `FileDescriptorSet` to `$OUT_DIR/admin_descriptor.bin`,
+//! which the server reflection service on the Admin port serves (`grpcurl ... list`).
+
+use protox::prost::Message as _;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../proto");
@@ -11,6 +16,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .type_attribute(".gardenring.v1", "#[derive(serde::Serialize)]")
         .btree_map(".")
         .compile_fds(fds)?;
+
+    // What reflection describes on the Admin port: admin.proto only (the peer protocol is not
+    // served there).
+    let admin = protox::compile([files[0]], [&root])?;
+    let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(out_dir.join("admin_descriptor.bin"), admin.encode_to_vec())?;
 
     // The subset of etcd's v3 API the backups use: a client only (garden-ring never serves it).
     let etcd = "etcd/v3/etcd_subset.proto";

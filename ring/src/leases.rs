@@ -116,15 +116,16 @@ impl LeaseDesk {
             let granted = a.state.grants(&name);
             let mut released = Vec::new();
             let mut serving = Vec::new();
-            for cp in a.state.control_planes.values() {
-                let key = (cp.name.clone(), cp.epoch, name.clone());
-                if cp.fencing.contains(&name) && !request.running.contains_key(&cp.name) {
-                    released.push(key);
-                } else if cp.phase == Phase::Starting
-                    && cp.host.as_deref() == Some(name.as_str())
-                    && request.healthy.get(&cp.name) == Some(&cp.epoch)
-                {
-                    serving.push(key);
+            // Only the control planes this member fences or hosts (the state's index), not
+            // every control plane of the ring.
+            for cp in a.state.fenced_by(&name) {
+                if !request.running.contains_key(&cp.name) {
+                    released.push((cp.name.clone(), cp.epoch, name.clone()));
+                }
+            }
+            for cp in a.state.hosted(&name) {
+                if cp.phase == Phase::Starting && request.healthy.get(&cp.name) == Some(&cp.epoch) {
+                    serving.push((cp.name.clone(), cp.epoch, name.clone()));
                 }
             }
             let mut progress = Vec::new();

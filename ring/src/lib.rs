@@ -17,11 +17,14 @@
 //! | [`admin`] | the Admin gRPC service and its client | network |
 //! | [`config`] | `ringd`'s TOML configuration | reads one file |
 //! | [`dns`] | the records the ring wants; RFC 2136 UPDATE messages | none: pure |
+//! | [`logging`] | `ringd`'s log lines, text or JSON, with member, control plane and epoch | stderr |
 //! | [`membership`] | serialized, idempotent Raft configuration changes | raft |
 //! | [`duties`] | what the leader does on its own: registry, membership, health, the controller's decisions | raft |
 //! | [`leases`] | the leader's side of leases: renewals, observations | raft |
 //! | [`agent`] | every member's agent: lease renewal, workloads through a driver and `ring-guard` | processes |
+//! | [`introspection`] | gRPC health checking and server reflection next to the ring's services | network |
 //! | [`node`] | assembles one member: storage, Raft, servers, background loops | all of the above |
+//! | [`recovery`] | disaster recovery of the ring itself: `ringd recover`, snapshot files and restore | files |
 //! | [`demo`] | `ringctl demo`: a local ring of child `ringd` processes | processes |
 //! | [`fuzz`] | entry points for the fuzz tests (`tests/fuzz.rs`) | none: pure |
 //! | [`sim`] | the deterministic simulation of leases, fencing and failover | none: simulated |
@@ -31,6 +34,7 @@
 
 pub mod admin;
 pub mod agent;
+pub mod allocator;
 pub mod backup;
 pub mod cli;
 pub mod client_config;
@@ -40,11 +44,14 @@ pub mod demo;
 pub mod dns;
 pub mod duties;
 pub mod fuzz;
+pub mod introspection;
 pub mod leases;
+pub mod logging;
 pub mod membership;
 pub mod metrics;
 pub mod node;
 pub mod raft;
+pub mod recovery;
 pub mod secret;
 pub mod sim;
 pub mod time;

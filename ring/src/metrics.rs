@@ -5,7 +5,12 @@
 //! lease. Counters are kept by [`Counters`], which the state machine feeds with every applied
 //! command: every member counts the moves it applied and times the migrations that ended
 //! (from the move's commit to the new host serving), so any member can be scraped. Counters
-//! start at zero with the process (a restart replays what the log still holds).
+//! start at zero with the process (a restart replays what the log still holds). Two more are
+//! fed from elsewhere: the DNS keeper observes `garden_ring_dns_propagation_seconds` while this
+//! member leads ([`crate::dns::keeper::Keeper::propagation`]), and the etcd driver records
+//! when it stored each hosted control plane's newest snapshot ([`SnapshotTimes`]:
+//! `garden_ring_snapshot_age_seconds`, one sample per control plane hosted here). Every family
+//! is declared (`# HELP`, `# TYPE`) even while it has no sample.
 //!
 //! The server is deliberately small: HTTP/1.0-style, one request per connection, a request
 //! head of at most [`MAX_REQUEST_BYTES`], answered within [`REQUEST_TIMEOUT_MS`].
@@ -21,6 +26,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::agent::OwnLease;
+use crate::agent::etcd::SnapshotTimes;
 use crate::core::state::{MoveKind, Phase, RingState};
 use crate::core::{Command, Proposal};
 use crate::raft::{RaftNode, StateMachineStore};
@@ -32,6 +38,9 @@ pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
 pub const REQUEST_TIMEOUT_MS: u64 = 5_000;
 /// Upper bounds of the migration-duration histogram, seconds.
 pub const DURATION_BUCKETS_S: [f64; 10] = [0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+/// Upper bounds of the DNS propagation histogram, seconds.
+pub const DNS_PROPAGATION_BUCKETS_S: [f64; 11] =
+    [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0];
 
 const MOVE_KINDS: [MoveKind; 5] = [
     MoveKind::Placement,
@@ -51,14 +60,78 @@ fn kind_label(kind: MoveKind) -> &'static str {
     }
 }
 
+/// A Prometheus histogram with fixed upper bounds (seconds), fed in milliseconds.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    buckets: Vec<AtomicU64>,
+    count: AtomicU64,
+    sum_ms: AtomicU64,
+}
+
+impl Histogram {
+    /// An empty histogram with these upper bounds, in seconds, ascending.
+    pub fn new(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            buckets: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
+            count: AtomicU64::new(0),
+            sum_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Records one observation of `ms` milliseconds.
+    pub fn observe_ms(&self, ms: u64) {
+        let s = ms as f64 / 1000.0;
+        for (bucket, bound) in self.buckets.iter().zip(self.bounds) {
+            if s <= *bound {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_ms.fetch_add(ms, Ordering::Relaxed);
+    }
+
+    /// How many observations there were.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Appends the family `name` (HELP, TYPE, buckets, sum and count) to `out`.
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (bound, bucket) in self.bounds.iter().zip(&self.buckets) {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"{bound}\"}} {}",
+                bucket.load(Ordering::Relaxed)
+            );
+        }
+        let count = self.count();
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{le=\"+Inf\"}} {count}\n{name}_sum {}\n{name}_count {count}",
+            self.sum_ms.load(Ordering::Relaxed) as f64 / 1000.0
+        );
+    }
+}
+
 /// Counters fed by the state machine.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Counters {
     moves: [AtomicU64; 5],
-    migration_buckets: [AtomicU64; DURATION_BUCKETS_S.len()],
-    migration_count: AtomicU64,
-    migration_sum_ms: AtomicU64,
+    migration: Histogram,
     migration_bytes: AtomicU64,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Self {
+            moves: Default::default(),
+            migration: Histogram::new(&DURATION_BUCKETS_S),
+            migration_bytes: AtomicU64::new(0),
+        }
+    }
 }
 
 impl Counters {
@@ -79,21 +152,29 @@ impl Counters {
                 else {
                     return;
                 };
-                let took_ms = m.updated_unix_ms.saturating_sub(m.started_unix_ms);
-                let took_s = took_ms as f64 / 1000.0;
-                for (bucket, bound) in self.migration_buckets.iter().zip(DURATION_BUCKETS_S) {
-                    if took_s <= bound {
-                        bucket.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                self.migration_count.fetch_add(1, Ordering::Relaxed);
-                self.migration_sum_ms.fetch_add(took_ms, Ordering::Relaxed);
+                self.migration
+                    .observe_ms(m.updated_unix_ms.saturating_sub(m.started_unix_ms));
                 self.migration_bytes
                     .fetch_add(m.bytes_copied, Ordering::Relaxed);
             }
             _ => {}
         }
     }
+}
+
+/// Whether the member is ready: a leader is known, and this member's lease is current for
+/// state at least as fresh as the leader's when it granted the lease. `/readyz`, the
+/// `garden_ring_ready` gauge and the gRPC health status of the Admin service all use this.
+pub fn ready(raft: &RaftNode, own: &OwnLease) -> Result<(), String> {
+    let m = raft.metrics().borrow_watched().clone();
+    if m.current_leader.is_none() {
+        return Err("no leader known".into());
+    }
+    let applied = m.last_applied.map(|l| l.index).unwrap_or(0);
+    if !own.vouches(monotonic_ms(), applied) {
+        return Err("no current lease (cut off from the quorum, or not renewed yet)".into());
+    }
+    Ok(())
 }
 
 /// What the endpoint reads.
@@ -107,21 +188,16 @@ pub struct Sources {
     pub own: Arc<OwnLease>,
     /// The counters.
     pub counters: Arc<Counters>,
+    /// The DNS keeper's propagation times (observed while this member leads).
+    pub dns_propagation: Arc<Histogram>,
+    /// When the etcd driver last took a snapshot of each control plane hosted here.
+    pub snapshots: Arc<SnapshotTimes>,
 }
 
 impl Sources {
-    /// Ready: a leader is known, and this member's lease is current for state at least as
-    /// fresh as the leader's when it granted the lease.
+    /// Ready: see [`ready`].
     pub fn ready(&self) -> Result<(), String> {
-        let m = self.raft.metrics().borrow_watched().clone();
-        if m.current_leader.is_none() {
-            return Err("no leader known".into());
-        }
-        let applied = m.last_applied.map(|l| l.index).unwrap_or(0);
-        if !self.own.vouches(monotonic_ms(), applied) {
-            return Err("no current lease (cut off from the quorum, or not renewed yet)".into());
-        }
-        Ok(())
+        ready(&self.raft, &self.own)
     }
 
     /// The metrics in Prometheus' text format.
@@ -153,6 +229,11 @@ impl Sources {
             "garden_ring_raft_applied_index",
             "Index of the last applied log entry.",
             m.last_applied.map(|l| l.index).unwrap_or(0) as f64,
+        );
+        gauge(
+            "garden_ring_raft_committed_index",
+            "Index of the last log entry this member knows committed.",
+            m.local_committed.map(|l| l.index).unwrap_or(0) as f64,
         );
         gauge(
             "garden_ring_raft_last_log_index",
@@ -254,28 +335,32 @@ impl Sources {
                 count.load(Ordering::Relaxed)
             );
         }
-        let _ = writeln!(
-            out,
-            "# HELP garden_ring_migration_duration_seconds From a move's commit to the new host serving (moves of a control plane that had a host).\n# TYPE garden_ring_migration_duration_seconds histogram"
-        );
-        for (bound, bucket) in DURATION_BUCKETS_S.iter().zip(&c.migration_buckets) {
-            let _ = writeln!(
-                out,
-                "garden_ring_migration_duration_seconds_bucket{{le=\"{bound}\"}} {}",
-                bucket.load(Ordering::Relaxed)
-            );
-        }
-        let count = c.migration_count.load(Ordering::Relaxed);
-        let _ = writeln!(
-            out,
-            "garden_ring_migration_duration_seconds_bucket{{le=\"+Inf\"}} {count}\ngarden_ring_migration_duration_seconds_sum {}\ngarden_ring_migration_duration_seconds_count {count}",
-            c.migration_sum_ms.load(Ordering::Relaxed) as f64 / 1000.0
+        c.migration.render(
+            &mut out,
+            "garden_ring_migration_duration_seconds",
+            "From a move's commit to the new host serving (moves of a control plane that had a host).",
         );
         let _ = writeln!(
             out,
             "# HELP garden_ring_migration_bytes_total Bytes copied by the migrations that ended.\n# TYPE garden_ring_migration_bytes_total counter\ngarden_ring_migration_bytes_total {}",
             c.migration_bytes.load(Ordering::Relaxed)
         );
+        self.dns_propagation.render(
+            &mut out,
+            "garden_ring_dns_propagation_seconds",
+            "From the leader seeing a DNS record's new value committed to every checked server answering it (observed on the leader).",
+        );
+        let _ = writeln!(
+            out,
+            "# HELP garden_ring_snapshot_age_seconds Time since the newest successful etcd snapshot of a control plane hosted here.\n# TYPE garden_ring_snapshot_age_seconds gauge"
+        );
+        for (name, age_ms) in self.snapshots.ages_ms(now_ms) {
+            let _ = writeln!(
+                out,
+                "garden_ring_snapshot_age_seconds{{control_plane=\"{name}\"}} {}",
+                age_ms as f64 / 1000.0
+            );
+        }
         out
     }
 }

@@ -11,6 +11,7 @@ use openraft::SnapshotPolicy;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tonic::service::interceptor::InterceptedService;
 
 use crate::admin::AdminService;
 use crate::admin::service::Transport;
@@ -21,6 +22,7 @@ use crate::core::MemberSpec;
 use crate::core::controller::Policy;
 use crate::dns::keeper::{Keeper, KeeperSettings};
 use crate::duties;
+use crate::introspection;
 use crate::leases::LeaseDesk;
 use crate::membership::MembershipChanger;
 use crate::raft::network::{PeerNetwork, PeerPool};
@@ -65,6 +67,9 @@ pub enum StartError {
     /// The TLS files are unusable.
     #[error("TLS: {0}")]
     Tls(#[from] TlsError),
+    /// The reflection service cannot be built from the embedded descriptors.
+    #[error(transparent)]
+    Reflection(#[from] crate::introspection::ReflectionError),
     /// The ring knows this member, but its data directory is empty: its data was lost.
     #[error(
         "the ring already knows member {id} as one that was in contact, but the data directory {dir} is empty: \
@@ -226,7 +231,8 @@ impl Member {
             _ => None,
         };
 
-        let log_store = LogStore::new(db.clone());
+        let log_store = LogStore::new(db.clone())
+            .map_err(|e| StartError::Raft(format!("cannot start the log store: {e}")))?;
         let state = StateMachineStore::open(db)
             .await
             .map_err(|e| StartError::Raft(format!("cannot load the state machine: {e}")))?;
@@ -317,6 +323,8 @@ impl Member {
             policy.clone(),
         ));
         let membership = MembershipChanger::new(raft.clone());
+        let workloads = Workloads::from_config(&config)?;
+        let snapshot_times = workloads.snapshot_times();
         let keeper = Keeper::new(
             id,
             raft.clone(),
@@ -359,12 +367,24 @@ impl Member {
             },
         )
         .into_server();
+        // gRPC health on both ports, reflection on the Admin port (see `introspection`).
+        let (health, health_server) = tonic_health::server::health_reporter();
+        let peer_health = InterceptedService::new(
+            health_server.clone(),
+            crate::raft::service::admit_members as introspection::Check,
+        );
+        let admin_health = InterceptedService::new(
+            health_server,
+            crate::admin::auth::admit_operators as introspection::Check,
+        );
+        let reflection_v1 = introspection::reflection_v1()?;
+        let reflection_v1alpha = introspection::reflection_v1alpha()?;
         tasks.push(serve(
             "peer",
             peer_listener,
             &security,
             stopped.clone(),
-            move |mut server| server.add_service(peer),
+            move |mut server| server.add_service(peer).add_service(peer_health),
         ));
         let admin = admin.server();
         tasks.push(serve(
@@ -372,7 +392,13 @@ impl Member {
             admin_listener,
             &security,
             stopped.clone(),
-            move |mut server| server.add_service(admin),
+            move |mut server| {
+                server
+                    .add_service(admin)
+                    .add_service(admin_health)
+                    .add_service(reflection_v1)
+                    .add_service(reflection_v1alpha)
+            },
         ));
 
         tasks.push(tokio::spawn(duties::run(
@@ -399,9 +425,15 @@ impl Member {
             state.clone(),
             network,
             desk,
-            Workloads::from_config(&config)?,
+            workloads,
             config.timing.lease_ms,
         );
+        tasks.push(tokio::spawn(introspection::report_health(
+            health,
+            raft.clone(),
+            agent.own_lease(),
+            stopped.clone(),
+        )));
         if let Some(listener) = metrics_listener {
             tracing::info!(address = ?config.metrics.listen, "metrics endpoint listening (/metrics, /healthz, /readyz)");
             tasks.push(crate::metrics::serve(
@@ -411,6 +443,8 @@ impl Member {
                     state: state.clone(),
                     own: agent.own_lease(),
                     counters: state.counters(),
+                    dns_propagation: keeper.propagation(),
+                    snapshots: snapshot_times,
                 },
                 stopped.clone(),
             ));
@@ -459,6 +493,9 @@ impl Member {
     }
 }
 
+/// After a shutdown begins, how long the gRPC servers wait for open connections to close before
+/// dropping them, in milliseconds.
+pub const SERVER_DRAIN_MS: u64 = 2_000;
 /// Most concurrent gRPC calls on one connection (HTTP/2 streams); more wait.
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 256;
 /// Largest request header list accepted, in bytes.
@@ -501,15 +538,29 @@ where
         .http2_max_header_list_size(MAX_HEADER_LIST_BYTES));
     let incoming = crate::tls::server::incoming(listener, security.clone(), what);
     tokio::spawn(async move {
+        let mut drain_stopped = stopped.clone();
         let shutdown = async move {
             let _ = stopped.wait_for(|s| *s).await;
         };
         tracing::info!(?address, "{what} service listening");
-        if let Err(e) = router
-            .serve_with_incoming_shutdown(incoming, shutdown)
-            .await
-        {
-            tracing::error!(?address, "{what} service failed: {e}");
+        let served = router.serve_with_incoming_shutdown(incoming, shutdown);
+        // A graceful shutdown waits for every open connection to close; a client that keeps an
+        // idle connection open would hold ringd's exit forever. Calls in flight get
+        // SERVER_DRAIN_MS to finish, then the connections are dropped.
+        let drained = async move {
+            let _ = drain_stopped.wait_for(|s| *s).await;
+            tokio::time::sleep(std::time::Duration::from_millis(SERVER_DRAIN_MS)).await;
+        };
+        tokio::select! {
+            result = served => {
+                if let Err(e) = result {
+                    tracing::error!(?address, "{what} service failed: {e}");
+                }
+            }
+            () = drained => tracing::info!(
+                ?address,
+                "{what} service: connections still open {SERVER_DRAIN_MS} ms after shutdown began; closed them"
+            ),
         }
     })
 }

@@ -302,6 +302,17 @@ impl Proc {
         child.wait().ok()
     }
 
+    /// SIGTERM, and waits (bounded) for the exit status; `None` (after a SIGKILL, so nothing is
+    /// left behind) when it did not exit in time.
+    pub fn terminate_within(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+        let status = self.wait_exit(timeout);
+        if status.is_none() {
+            self.kill9();
+        }
+        status
+    }
+
     /// Waits (bounded) for the process to exit on its own and returns its status.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + timeout;
@@ -350,7 +361,7 @@ pub struct Ring {
     options: RingOptions,
 }
 
-/// A member config for a test ring.
+/// A member config for a test ring (member `id` is named [`member_name`]`(id)`).
 pub fn member_config(
     dir: &Path,
     id: u64,
@@ -359,7 +370,29 @@ pub fn member_config(
     founders: Vec<InitialMember>,
     options: &RingOptions,
 ) -> Config {
-    let name = member_name(id);
+    member_config_named(
+        dir,
+        id,
+        &member_name(id),
+        admin_port,
+        peer_port,
+        founders,
+        options,
+    )
+}
+
+/// A member config for a test ring, for member `id` named `name` (e.g. a fresh member that
+/// replaces a lost one under a new id and the old name).
+pub fn member_config_named(
+    dir: &Path,
+    id: u64,
+    name: &str,
+    admin_port: u16,
+    peer_port: u16,
+    founders: Vec<InitialMember>,
+    options: &RingOptions,
+) -> Config {
+    let name = name.to_string();
     let tls = (!options.insecure).then(|| TlsSettings {
         files: ensure_cert(
             &certs_dir(dir),
@@ -537,6 +570,35 @@ impl Ring {
         ports.release();
         self.procs
             .push(Self::proc_for(self.dir.path(), config, &self.security));
+        self.procs.len() - 1
+    }
+
+    /// Prepares (does not start) a fresh member `id` named `name` that will join with
+    /// `member add`: it replaces a lost member under a new id, with its own directory
+    /// (`<name>-<id>/`) and ports.
+    pub fn replacement(&mut self, id: u64, name: &str) -> usize {
+        let ports = Ports::reserve(2);
+        let n = ports.numbers();
+        let mut config = member_config_named(
+            self.dir.path(),
+            id,
+            name,
+            n[0],
+            n[1],
+            Vec::new(),
+            &self.options,
+        );
+        let home = self.dir.path().join(format!("{name}-{id}"));
+        config.data_dir = home.join("data");
+        ports.release();
+        std::fs::create_dir_all(&home).unwrap();
+        self.procs.push(Proc {
+            config_path: home.join("ringd.toml"),
+            log_path: home.join("ringd.log"),
+            security: self.security.clone(),
+            config,
+            child: None,
+        });
         self.procs.len() - 1
     }
 

@@ -1,11 +1,18 @@
 //! The HTTP endpoint with real `ringd` processes: `/metrics` counts and times a failover,
-//! `/readyz` turns not-ready on a member cut off from the quorum within its lease.
+//! `/readyz` turns not-ready on a member cut off from the quorum within its lease, the leader
+//! times DNS propagation as `ringctl dns list` does, and the etcd driver's host reports its
+//! snapshots' age for the control planes it hosts, and only for those.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use garden_ring_tests::{Ports, Ring, RingOptions, add_running, cps, eventually};
+use garden_ring::config::{DriverKind, DriverSettings, EtcdDriverSettings};
+use garden_ring::pb;
+use garden_ring_tests::etcd::tool;
+use garden_ring_tests::{
+    Ports, Ring, RingOptions, TestDns, add_control_plane, add_running, binary, cps, eventually,
+};
 use nix::sys::signal::Signal;
 
 /// One GET; the status code and the body.
@@ -27,7 +34,11 @@ fn sample(body: &str, series: &str) -> Option<f64> {
 }
 
 fn ring_with_metrics() -> (Ring, Vec<SocketAddr>) {
-    let mut ring = Ring::prepare(RingOptions::default());
+    ring_with_metrics_and(RingOptions::default())
+}
+
+fn ring_with_metrics_and(options: RingOptions) -> (Ring, Vec<SocketAddr>) {
+    let mut ring = Ring::prepare(options);
     let ports = Ports::reserve(ring.procs.len());
     let addresses: Vec<SocketAddr> = ports
         .numbers()
@@ -57,6 +68,21 @@ async fn metrics_count_and_time_a_failover() {
         assert!(
             body.contains("garden_ring_control_plane_running{control_plane=\"m1\",host=\"a\"} 1"),
             "{body}"
+        );
+        // Declared even while empty: no DNS served here, no etcd driver.
+        for family in [
+            "garden_ring_dns_propagation_seconds histogram",
+            "garden_ring_snapshot_age_seconds gauge",
+            "garden_ring_raft_committed_index gauge",
+        ] {
+            assert!(body.contains(&format!("# TYPE {family}")), "{body}");
+        }
+        let committed = sample(&body, "garden_ring_raft_committed_index").unwrap();
+        let applied = sample(&body, "garden_ring_raft_applied_index").unwrap();
+        assert!(committed >= 1.0, "{body}");
+        assert!(
+            committed + 5.0 >= applied,
+            "committed {committed}, applied {applied}"
         );
     }
     assert_eq!(get(metrics[0], "/nope").map(|r| r.0), Some(404));
@@ -157,5 +183,206 @@ async fn readyz_turns_not_ready_when_cut_off_from_the_quorum() {
     eventually(Duration::from_secs(10), "c is ready again", || async {
         (get(metrics[2], "/readyz")?.0 == 200).then_some(())
     })
+    .await;
+}
+
+/// The ring's DNS records as the leader reports them (`ringctl dns list`).
+async fn dns_list(ring: &Ring) -> Option<pb::DnsListResponse> {
+    ring.client()
+        .call(pb::DnsListRequest {}, |mut c, r| async move {
+            c.dns_list(r).await
+        })
+        .await
+        .ok()
+        .filter(|l| l.from_leader)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_times_dns_propagation_as_dns_list_shows_it() {
+    let (ring, metrics) = ring_with_metrics_and(RingOptions {
+        dns: TestDns::Builtin,
+        ..RingOptions::default()
+    });
+    add_running(&ring, &[]).await;
+    // Settled: every record the ring wants is visible on every member's server.
+    eventually(
+        Duration::from_secs(20),
+        "every DNS record is visible",
+        || async {
+            let list = dns_list(&ring).await?;
+            (!list.records.is_empty() && list.records.iter().all(|r| r.visible)).then_some(())
+        },
+    )
+    .await;
+    let leader = ring
+        .wait_leader(&[0, 1, 2], &[], Duration::from_secs(10))
+        .await;
+    let leader = ring.index_of(leader);
+    let read = |i: usize| {
+        let (_, body) = get(metrics[i], "/metrics").unwrap();
+        let count = sample(&body, "garden_ring_dns_propagation_seconds_count").unwrap();
+        let sum = sample(&body, "garden_ring_dns_propagation_seconds_sum").unwrap();
+        (count, sum, body)
+    };
+    let (count0, sum0, _) = read(leader);
+
+    // A new control plane's record, from the moment the leader sees it to every server.
+    add_control_plane(
+        &ring.client(),
+        garden_ring_tests::control_plane("d1", Some("a")),
+    )
+    .await
+    .unwrap();
+    let record = eventually(
+        Duration::from_secs(20),
+        "d1's record is visible",
+        || async {
+            let list = dns_list(&ring).await?;
+            list.records
+                .into_iter()
+                .find(|r| r.name.starts_with("d1.") && r.r#type == "A" && r.visible)
+        },
+    )
+    .await;
+    let (count1, sum1, body) =
+        eventually(Duration::from_secs(5), "the leader counts it", || async {
+            let r = read(leader);
+            (r.0 > count0).then_some(r)
+        })
+        .await;
+    let took_s = record.visible_after_ms as f64 / 1000.0;
+    println!(
+        "d1 visible after {took_s} s (dns list); histogram count {count0} -> {count1}, sum {sum0} -> {sum1}"
+    );
+    if count1 == count0 + 1.0 {
+        // Nothing else changed meanwhile: the one observation is d1's, as dns list shows it.
+        assert!(
+            (sum1 - sum0 - took_s).abs() < 0.002,
+            "observed {} s, dns list says {took_s} s",
+            sum1 - sum0
+        );
+    } else {
+        assert!(
+            sum1 - sum0 + 0.0005 >= took_s,
+            "the histogram's new observations ({} s) do not include d1's {took_s} s",
+            sum1 - sum0
+        );
+    }
+    assert!(took_s < 10.0, "{took_s} s");
+    let le = |bound: &str| {
+        sample(
+            &body,
+            &format!("garden_ring_dns_propagation_seconds_bucket{{le=\"{bound}\"}}"),
+        )
+        .unwrap()
+    };
+    assert_eq!(le("+Inf"), count1, "{body}");
+    assert!(le("0.05") <= le("60"), "{body}");
+    // Followers time nothing: the keeper acts on the leader only.
+    for i in (0..3).filter(|i| *i != leader) {
+        assert_eq!(read(i).0, 0.0, "member {i} is not the leader");
+    }
+}
+
+/// A ring with metrics whose members run etcd, snapshotting every `snapshot_interval_ms`.
+fn etcd_ring_with_metrics(snapshot_interval_ms: u64) -> (Ring, Vec<SocketAddr>) {
+    let bin_dir = tool("etcd").parent().unwrap().to_path_buf();
+    ring_with_metrics_and(RingOptions {
+        driver: DriverSettings {
+            kind: DriverKind::Etcd,
+            guard: Some(binary("ring-guard")),
+            etcd: EtcdDriverSettings {
+                bin_dir: Some(bin_dir),
+                snapshot_interval_ms,
+                start_timeout_ms: 20_000,
+                ..EtcdDriverSettings::default()
+            },
+            ..DriverSettings::default()
+        },
+        ..RingOptions::default()
+    })
+}
+
+fn snapshot_age(body: &str, name: &str) -> Option<f64> {
+    sample(
+        body,
+        &format!("garden_ring_snapshot_age_seconds{{control_plane=\"{name}\"}}"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_reports_its_snapshots_age_and_stops_when_the_control_plane_leaves() {
+    let interval = Duration::from_millis(1_000);
+    let (ring, metrics) = etcd_ring_with_metrics(interval.as_millis() as u64);
+    garden_ring_tests::wait_all_healthy(&ring).await;
+    let backups = ring.dir.path().join("backups");
+    let ports = Ports::reserve(3);
+    let mut request = garden_ring_tests::control_plane("e1", None);
+    request.endpoints = ["a", "b", "c"]
+        .iter()
+        .zip(ports.numbers())
+        .map(|(m, port)| (m.to_string(), format!("127.0.0.1:{port}")))
+        .collect();
+    ports.release();
+    // A bucket per member, as Gardener gives every seed one.
+    request.backups = ["a", "b", "c"]
+        .iter()
+        .map(|m| {
+            let path = backups.join(m).join("e1");
+            std::fs::create_dir_all(&path).unwrap();
+            (m.to_string(), format!("file://{}", path.display()))
+        })
+        .collect();
+    request.backup = request.backups["a"].clone();
+    request.host = "a".into();
+    add_control_plane(&ring.client(), request).await.unwrap();
+
+    // a hosts e1: it reports the age of e1's newest snapshot, which stays under the interval
+    // (plus the time a snapshot takes); b and c report none.
+    let mut ages = Vec::new();
+    eventually(
+        Duration::from_secs(30),
+        "a took three snapshots of e1",
+        || {
+            let age = get(metrics[0], "/metrics").and_then(|(_, body)| snapshot_age(&body, "e1"));
+            if let Some(age) = age
+                && ages.last().is_none_or(|last| age < *last)
+            {
+                ages.push(age);
+            }
+            let done = ages.len() >= 3;
+            async move { done.then_some(()) }
+        },
+    )
+    .await;
+    println!("e1's snapshot age at a, each just after a new snapshot: {ages:?} s");
+    let (_, body) = get(metrics[0], "/metrics").unwrap();
+    let age = snapshot_age(&body, "e1").unwrap();
+    assert!(
+        age < interval.as_secs_f64() + 3.0,
+        "snapshot age {age} s with a {interval:?} interval"
+    );
+    for i in [1, 2] {
+        let (_, body) = get(metrics[i], "/metrics").unwrap();
+        assert_eq!(snapshot_age(&body, "e1"), None, "member {i}: {body}");
+    }
+
+    // Switched over to b: a forgets it once its etcd stopped, b reports it.
+    let out = ring.ringctl(&["switchover", "e1", "--to", "b", "--reason", "test"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eventually(
+        Duration::from_secs(30),
+        "b reports e1 and a no longer",
+        || async {
+            let (_, at_a) = get(metrics[0], "/metrics")?;
+            let (_, at_b) = get(metrics[1], "/metrics")?;
+            (snapshot_age(&at_a, "e1").is_none() && snapshot_age(&at_b, "e1").is_some())
+                .then_some(())
+        },
+    )
     .await;
 }

@@ -315,3 +315,37 @@ async fn leadership_can_be_transferred() {
         .await;
     assert_eq!(now, target);
 }
+
+/// A client that keeps an idle connection open (here: one whose runtime is blocked, so it
+/// cannot even answer the server's GOAWAY) must not hold `ringd`'s exit on SIGTERM: the servers
+/// drop open connections `SERVER_DRAIN_MS` after shutdown begins.
+#[tokio::test]
+async fn sigterm_exits_even_while_a_client_keeps_a_connection_open() {
+    let mut ring = Ring::start(RingOptions {
+        members: 1,
+        ..RingOptions::default()
+    });
+    ring.wait_leader(&[0], &[], Duration::from_secs(20)).await;
+    let client = ring.procs[0].client();
+    client
+        .call(
+            pb::StatusRequest {},
+            |mut c, r| async move { c.status(r).await },
+        )
+        .await
+        .expect("status");
+    let started = Instant::now();
+    // Blocks this (single-threaded) runtime: the client's connection stays open, unanswered.
+    let status = ring.procs[0]
+        .terminate_within(Duration::from_secs(15))
+        .expect("ringd exits after SIGTERM while a client holds a connection");
+    let took_ms = started.elapsed().as_millis();
+    assert!(status.success(), "exit status {status:?}");
+    let drain_ms = u128::from(garden_ring::node::SERVER_DRAIN_MS);
+    assert!(
+        took_ms < drain_ms + 10_000,
+        "SIGTERM to exit took {took_ms} ms"
+    );
+    println!("SIGTERM -> exit with a client's connection open: {took_ms} ms");
+    drop(client);
+}

@@ -364,6 +364,31 @@ async fn operator_controls_behave_and_dry_runs_change_nothing() {
     })
     .await;
     assert_eq!(w.host, "c", "w prefers tier=gold");
+    // A control plane's labels are notes: replaced, replicated, recorded; nothing moves.
+    ringctl_ok(
+        &ring,
+        &[
+            "cp",
+            "label",
+            "w",
+            "owner=team-1",
+            "--reason",
+            "who runs it",
+        ],
+    );
+    let labelled = eventually(Duration::from_secs(5), "b applied w's labels", || async {
+        let cp = cps(&ring, &[1]).await.remove("w")?;
+        (cp.labels.get("owner").map(String::as_str) == Some("team-1")).then_some(cp)
+    })
+    .await;
+    assert_eq!((labelled.host.as_str(), labelled.epoch), ("c", w.epoch));
+    let out = ring.ringctl(&["cp", "label", "nope", "owner=x"]);
+    assert!(!out.status.success(), "labelling an unknown control plane");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("nope"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // Failover (forced) of a control plane on a healthy host works too, and is recorded.
     ringctl_ok(&ring, &["failover", "t", "--to", "c", "--reason", "forced"]);
@@ -387,6 +412,7 @@ async fn operator_controls_behave_and_dry_runs_change_nothing() {
         "member.cordon",
         "member.uncordon",
         "member.labels",
+        "control-plane.labels",
         "control-plane.released",
         "ring.pause",
     ] {

@@ -20,6 +20,9 @@ pub enum Access {
     Read,
     /// Changes the ring.
     Write,
+    /// Copies the whole state out (`SnapshotSave`): admin only, like a write, because the copy
+    /// can restore a ring.
+    Backup,
 }
 
 /// The client behind a request.
@@ -46,6 +49,10 @@ fn permit(caller: &Caller, access: Access) -> Result<(), Status> {
         (None, _) | (Some(Role::Admin), _) | (Some(Role::Viewer), Access::Read) => Ok(()),
         (Some(Role::Viewer), Access::Write) => Err(Status::permission_denied(format!(
             "{} is a viewer: it may read, not change the ring (use an admin certificate)",
+            caller.actor
+        ))),
+        (Some(Role::Viewer), Access::Backup) => Err(Status::permission_denied(format!(
+            "{} is a viewer: saving a snapshot of the ring needs an admin certificate",
             caller.actor
         ))),
         (Some(Role::Member), _) => Err(Status::permission_denied(format!(
@@ -124,6 +131,7 @@ mod tests {
         ] {
             assert_eq!(permit(&caller(role), Read).is_ok(), read, "{role:?}");
             assert_eq!(permit(&caller(role), Write).is_ok(), write, "{role:?}");
+            assert_eq!(permit(&caller(role), Backup).is_ok(), write, "{role:?}");
         }
         assert_eq!(
             permit(&caller(Some(Role::Viewer)), Write)

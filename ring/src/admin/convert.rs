@@ -36,6 +36,7 @@ pub fn control_plane(cp: &ControlPlane) -> pb::ControlPlane {
         prefer: cp.prefer.clone(),
         backups: cp.backups.clone().into_iter().collect(),
         migration: cp.migration.as_ref().map(migration),
+        labels: cp.labels.clone(),
     }
 }
 

@@ -21,6 +21,10 @@ pub const ACTOR_HEADER: &str = "x-ring-actor";
 /// send it again (no leader yet, leadership moved before the proposal was accepted, ...).
 pub const RETRY_SAFE_HEADER: &str = "x-ring-retry-safe";
 
+/// Response header on a `SnapshotSave` refused by a member that is not the leader: the leader's
+/// Admin address, where the client asks next.
+pub const LEADER_ADMIN_HEADER: &str = "x-ring-leader-admin";
+
 /// An `UNAVAILABLE` status that tells the client the request was not applied and can be retried.
 pub fn retry_safe(message: impl Into<String>) -> tonic::Status {
     let mut status = tonic::Status::unavailable(message);

@@ -479,8 +479,111 @@ macro_rules! to_leader {
 /// How often a write is re-forwarded after the leader turned out unreachable.
 const MAX_FORWARD_ATTEMPTS: u32 = 3;
 
+/// The stream `SnapshotSave` answers with.
+pub type SnapshotStream =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<pb::SnapshotSaveChunk, Status>> + Send>>;
+
+impl AdminService {
+    /// Refuses a snapshot on a member that is not the leader, naming the leader (and its Admin
+    /// address in a header, for the client to ask there).
+    fn not_the_leader(&self, m: &RaftMetricsOf) -> Status {
+        let leader = m.current_leader.and_then(|id| {
+            m.membership_config
+                .membership()
+                .get_node(&id)
+                .map(|n| (id, n.name.clone(), n.admin_address.clone()))
+        });
+        let mut status = Status::failed_precondition(match &leader {
+            Some((id, name, admin)) => format!(
+                "member {} is not the leader; snapshots are taken on the leader, {name} (id {id}) at {admin}",
+                self.me
+            ),
+            None => format!(
+                "member {} knows no leader: a snapshot needs a leader confirmed by a quorum",
+                self.me
+            ),
+        });
+        if let Some((_, _, admin)) = leader
+            && let Ok(v) = tonic::metadata::MetadataValue::try_from(admin.as_str())
+        {
+            status.metadata_mut().insert(super::LEADER_ADMIN_HEADER, v);
+        }
+        status
+    }
+}
+
 #[tonic::async_trait]
 impl Admin for AdminService {
+    type SnapshotSaveStream = SnapshotStream;
+
+    async fn snapshot_save(
+        &self,
+        request: Request<pb::SnapshotSaveRequest>,
+    ) -> Result<Response<SnapshotStream>, Status> {
+        let caller = caller(&request, Access::Backup)?;
+        let m = self.metrics();
+        if m.state != ServerState::Leader || m.current_leader != Some(self.me) {
+            return Err(self.not_the_leader(&m));
+        }
+        // A quorum confirms this member still leads, and everything committed before this
+        // request is applied here: the snapshot holds every write acknowledged before it.
+        self.raft
+            .ensure_linearizable(openraft::ReadPolicy::ReadIndex)
+            .await
+            .map_err(|e| {
+                if e.forward_to_leader().is_some() {
+                    self.not_the_leader(&self.metrics())
+                } else {
+                    Status::unavailable(format!("cannot confirm leadership with a quorum: {e}"))
+                }
+            })?;
+        let applied = self.read(Clone::clone);
+        let name = applied
+            .state
+            .members
+            .get(&self.me)
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
+        let (index, term) = applied
+            .last_applied
+            .map(|l| (l.index, l.leader_id.term))
+            .unwrap_or_default();
+        let body = crate::raft::state_machine::encode_body(applied)
+            .map_err(|e| Status::internal(format!("cannot encode the state: {e}")))?;
+        if body.len() as u64 > crate::raft::service::MAX_SNAPSHOT_BYTES {
+            return Err(Status::resource_exhausted(format!(
+                "the state encodes to {} bytes, more than a snapshot may hold ({} bytes)",
+                body.len(),
+                crate::raft::service::MAX_SNAPSHOT_BYTES
+            )));
+        }
+        let info = pb::SnapshotSaveInfo {
+            last_log_index: index,
+            last_log_term: term,
+            member_id: self.me,
+            member_name: name,
+            taken_unix_ms: crate::time::unix_ms(),
+            total_bytes: body.len() as u64,
+            sha256: crate::tls::material::sha256_hex(&body),
+            codec: crate::raft::codec::CODEC_VERSION,
+            snapshot_format: crate::raft::state_machine::SNAPSHOT_FORMAT,
+        };
+        tracing::info!(actor = %caller.actor, index, term, bytes = body.len(), "snapshot saved by an operator");
+        let mut chunks: Vec<Result<pb::SnapshotSaveChunk, Status>> = body
+            .chunks(crate::raft::network::SNAPSHOT_CHUNK_BYTES)
+            .map(|piece| {
+                Ok(pb::SnapshotSaveChunk {
+                    info: None,
+                    data: piece.to_vec(),
+                })
+            })
+            .collect();
+        if let Some(Ok(first)) = chunks.first_mut() {
+            first.info = Some(info);
+        }
+        Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
+    }
+
     async fn status(
         &self,
         request: Request<pb::StatusRequest>,
@@ -687,6 +790,31 @@ impl Admin for AdminService {
             .await?;
         Ok(Response::new(pb::ControlPlaneResponse {
             control_plane: before,
+            index,
+        }))
+    }
+
+    async fn control_plane_label(
+        &self,
+        request: Request<pb::ControlPlaneLabelRequest>,
+    ) -> Result<Response<pb::ControlPlaneResponse>, Status> {
+        let caller = caller(&request, Access::Write)?;
+        to_leader!(self, request, caller, "ControlPlaneLabel");
+        let req = request.into_inner();
+        let name = req.name;
+        let index = self
+            .propose(
+                caller.actor,
+                req.reason,
+                Command::SetControlPlaneLabels {
+                    name: name.clone(),
+                    labels: req.labels,
+                },
+            )
+            .await?;
+        let cp = self.read(|a| a.state.control_planes.get(&name).map(control_plane));
+        Ok(Response::new(pb::ControlPlaneResponse {
+            control_plane: cp,
             index,
         }))
     }
@@ -1050,6 +1178,7 @@ impl ForwardHandler for AdminService {
                 "MemberRemove" => run!(member_remove, pb::MemberRefRequest),
                 "ControlPlaneAdd" => run!(control_plane_add, pb::ControlPlaneAddRequest),
                 "ControlPlaneRemove" => run!(control_plane_remove, pb::ControlPlaneRemoveRequest),
+                "ControlPlaneLabel" => run!(control_plane_label, pb::ControlPlaneLabelRequest),
                 "LeaderTransfer" => run!(leader_transfer, pb::LeaderTransferRequest),
                 "SetPaused" => run!(set_paused, pb::SetPausedRequest),
                 "MemberCordon" => run!(member_cordon, pb::MemberCordonRequest),

@@ -21,11 +21,13 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
+use tracing::Instrument as _;
 
 use std::sync::Arc;
 
-use super::etcd::{EtcdInstance, EtcdRuntime, InstancePhase};
+use super::etcd::{EtcdInstance, EtcdRuntime, InstancePhase, SnapshotTimes};
 use crate::config::{Config, DriverKind, DriverSettings};
+use crate::core::state::RingState;
 use crate::time::monotonic_ms;
 
 /// Most bytes of a hook's output kept for the log.
@@ -83,6 +85,40 @@ pub struct Target {
     pub migration: Option<MigrationTarget>,
 }
 
+impl Target {
+    /// What `member` needs to start control plane `name` at `epoch`, from its applied `state`;
+    /// `None` until that state has caught up with the grant: the control plane registered, at
+    /// exactly `epoch`, hosted on `member`.
+    ///
+    /// The grant comes from the leader and may be ahead of this member's applied state. Built
+    /// from an older state, the target would carry no migration (the record names another
+    /// epoch), and the etcd driver would take a moved control plane for a new one and start it
+    /// empty instead of restoring its data.
+    pub fn from_state(state: &RingState, member: &str, name: &str, epoch: u64) -> Option<Self> {
+        let cp = state.control_planes.get(name)?;
+        if cp.epoch != epoch || cp.host.as_deref() != Some(member) {
+            return None;
+        }
+        let migration = cp
+            .migration
+            .as_ref()
+            .filter(|m| m.epoch == epoch && m.to == member)
+            .map(|m| MigrationTarget {
+                from: m.from.clone(),
+                source: m.source.clone(),
+                started_unix_ms: m.started_unix_ms,
+            });
+        Some(Self {
+            name: name.to_string(),
+            epoch,
+            endpoint: cp.endpoints.get(member).cloned().unwrap_or_default(),
+            dns_name: cp.dns_name.clone(),
+            backup: cp.backup_for(member).to_string(),
+            migration,
+        })
+    }
+}
+
 /// What a driver needs to know about the migration of a control plane to this member.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MigrationTarget {
@@ -135,13 +171,15 @@ impl Guard {
         })?;
         let stdin = child.stdin.take();
         if let Some(out) = child.stdout.take() {
-            let name = name.to_string();
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(out).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    tracing::info!(control_plane = %name, epoch, "guard: {line}");
+            tokio::spawn(
+                async move {
+                    let mut lines = BufReader::new(out).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        tracing::info!("guard: {line}");
+                    }
                 }
-            });
+                .instrument(crate::logging::control_plane_span(name, epoch)),
+            );
         }
         let mut guard = Self { child, stdin };
         guard.set_deadline(deadline_ms).await;
@@ -198,6 +236,7 @@ pub struct Workloads {
     instances: BTreeMap<String, Instance>,
     etcd: Option<Arc<EtcdRuntime>>,
     etcd_instances: BTreeMap<String, EtcdInstance>,
+    snapshots: Arc<SnapshotTimes>,
 }
 
 /// The `ring-guard` binary next to the running executable.
@@ -220,6 +259,7 @@ impl Workloads {
             instances: BTreeMap::new(),
             etcd: None,
             etcd_instances: BTreeMap::new(),
+            snapshots: Arc::default(),
         }
     }
 
@@ -240,9 +280,15 @@ impl Workloads {
                 guard_binary: workloads.guard_binary.clone(),
                 fence_ms: config.timing.fence_ms,
                 lease_ms: config.timing.lease_ms,
+                snapshots: workloads.snapshots.clone(),
             }));
         }
         Ok(workloads)
+    }
+
+    /// When the etcd driver's instances last took a snapshot (empty with other drivers).
+    pub fn snapshot_times(&self) -> Arc<SnapshotTimes> {
+        self.snapshots.clone()
     }
 
     /// How long a workload may take to stop after its deadline.
@@ -308,7 +354,7 @@ impl Workloads {
         let text = text.trim();
         if output.status.success() {
             if !text.is_empty() {
-                tracing::info!(control_plane = %target.name, epoch = target.epoch, "{action} hook: {text}");
+                tracing::info!("{action} hook: {text}");
             }
             Ok(())
         } else {
@@ -326,7 +372,7 @@ impl Workloads {
                     epoch: old.target().epoch,
                 });
             }
-            tracing::info!(control_plane = %target.name, epoch = target.epoch, "starting etcd");
+            tracing::info!("starting etcd");
             let name = target.name.clone();
             let instance = EtcdInstance::start(runtime.clone(), target, deadline_ms);
             self.etcd_instances.insert(name, instance);
@@ -363,7 +409,7 @@ impl Workloads {
             target.epoch,
         )
         .await?;
-        tracing::info!(control_plane = %target.name, epoch = target.epoch, "started");
+        tracing::info!("started");
         self.instances.insert(
             target.name.clone(),
             Instance {
@@ -414,13 +460,9 @@ impl Workloads {
         if let Some(mut guard) = instance.guard
             && !guard.stop(self.fence_ms).await
         {
-            tracing::error!(
-                control_plane = name,
-                epoch,
-                "guard did not stop in time; killed it"
-            );
+            tracing::error!("guard did not stop in time; killed it");
         }
-        tracing::info!(control_plane = name, epoch, "stopped");
+        tracing::info!("stopped");
         if let Err(e) = self
             .hook("stop", &self.settings.on_stop.clone(), &instance.target)
             .await
@@ -448,9 +490,11 @@ impl Workloads {
             .map(|(name, i)| (name.clone(), i.target().epoch))
             .collect();
         for (name, instance) in &self.instances {
+            let span = crate::logging::control_plane_span(name, instance.target.epoch);
             let ok = self.settings.health.is_empty()
                 || match self
                     .hook("health", &self.settings.health, &instance.target)
+                    .instrument(span)
                     .await
                 {
                     Ok(()) => true,
@@ -482,23 +526,26 @@ impl Workloads {
         }
         for name in gone {
             if let Some(instance) = self.instances.remove(&name) {
-                tracing::warn!(
-                    control_plane = %name,
-                    epoch = instance.target.epoch,
-                    "fenced: its lease ran out (or the workload ended)"
-                );
-                if let Err(e) = self
-                    .hook("fence", &self.settings.on_stop.clone(), &instance.target)
-                    .await
-                {
-                    tracing::warn!("{e}");
+                let span = crate::logging::control_plane_span(&name, instance.target.epoch);
+                async {
+                    tracing::warn!("fenced: its lease ran out (or the workload ended)");
+                    if let Err(e) = self
+                        .hook("fence", &self.settings.on_stop.clone(), &instance.target)
+                        .await
+                    {
+                        tracing::warn!("{e}");
+                    }
                 }
+                .instrument(span)
+                .await;
             }
         }
         self.etcd_instances.retain(|name, instance| {
             let ended = instance.phase() == InstancePhase::Ended;
             if ended {
-                tracing::info!(control_plane = %name, epoch = instance.target().epoch, "etcd instance ended");
+                let _in =
+                    crate::logging::control_plane_span(name, instance.target().epoch).entered();
+                tracing::info!("etcd instance ended");
             }
             !ended
         });
@@ -511,5 +558,101 @@ impl Workloads {
                     .map(|(n, i)| (n.clone(), i.target().epoch)),
             )
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::command::{Command, ControlPlaneSpec, MemberSpec, Proposal};
+    use crate::core::state::MoveKind;
+
+    fn apply(state: &mut RingState, index: u64, command: Command) {
+        let proposal = Proposal {
+            command,
+            at_ms: 1_700_000_000_000 + index,
+            actor: "test".into(),
+            reason: "test".into(),
+        };
+        state.apply(index, &proposal).unwrap();
+    }
+
+    /// A ring of a, b, c with control plane `x` hosted on a at epoch 1.
+    fn x_on_a() -> RingState {
+        let mut state = RingState::default();
+        let members = ["a", "b", "c"]
+            .iter()
+            .zip(1u64..)
+            .map(|(name, id)| MemberSpec {
+                id,
+                name: name.to_string(),
+                zone: format!("zone-{name}"),
+                address: format!("127.0.0.1:{}", 7001 + id * 10),
+                admin_address: format!("127.0.0.1:{}", 7000 + id * 10),
+            })
+            .collect();
+        apply(
+            &mut state,
+            1,
+            Command::Bootstrap {
+                members,
+                dns_zone: None,
+            },
+        );
+        apply(
+            &mut state,
+            2,
+            Command::AddControlPlane(ControlPlaneSpec {
+                name: "x".into(),
+                home: None,
+                dns_name: "x.ring.example".into(),
+                endpoints: [("a", "10.0.0.1:2379"), ("b", "10.0.0.2:2379")]
+                    .iter()
+                    .map(|(m, e)| (m.to_string(), e.to_string()))
+                    .collect(),
+                backup: "file:///backups/a/x".into(),
+                backups: [("b".to_string(), "file:///backups/b/x".to_string())].into(),
+                host: Some("a".into()),
+                prefer: Vec::new(),
+            }),
+        );
+        state
+    }
+
+    #[test]
+    fn a_target_waits_for_the_applied_state_to_reach_the_granted_epoch() {
+        let before = x_on_a();
+        let mut after = before.clone();
+        apply(
+            &mut after,
+            3,
+            Command::MoveControlPlane {
+                name: "x".into(),
+                to: Some("b".into()),
+                epoch: 2,
+                kind: MoveKind::Failover,
+                note: String::new(),
+            },
+        );
+
+        // b is granted epoch 2 while its applied state still has x on a at epoch 1: no target
+        // (one built now would carry no migration, and an etcd would start empty).
+        assert_eq!(Target::from_state(&before, "b", "x", 2), None);
+        // Once applied: the migration from a's bucket.
+        let target = Target::from_state(&after, "b", "x", 2).unwrap();
+        assert_eq!(target.endpoint, "10.0.0.2:2379");
+        assert_eq!(target.backup, "file:///backups/b/x");
+        let migration = target.migration.unwrap();
+        assert_eq!(migration.from.as_deref(), Some("a"));
+        assert_eq!(migration.source, "file:///backups/a/x");
+
+        // A new control plane's first placement: a migration from nowhere.
+        let first = Target::from_state(&before, "a", "x", 1).unwrap();
+        assert_eq!(first.migration.unwrap().from, None);
+
+        // Stale or foreign grants and unknown names build nothing.
+        assert_eq!(Target::from_state(&after, "a", "x", 1), None);
+        assert_eq!(Target::from_state(&after, "c", "x", 2), None);
+        assert_eq!(Target::from_state(&after, "b", "y", 2), None);
     }
 }

@@ -28,7 +28,7 @@
 //! `starting`), the bytes copied, the snapshot restored and the data-loss window (the
 //! snapshot's age when restored, zero for a final one) through the lease renewals.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tracing::Instrument as _;
 
 use super::driver::{Guard, Target};
 use super::gate::Gate;
@@ -75,6 +76,42 @@ pub struct EtcdRuntime {
     pub fence_ms: u64,
     /// The lease length.
     pub lease_ms: u64,
+    /// When each instance last took a snapshot (for `/metrics`).
+    pub snapshots: Arc<SnapshotTimes>,
+}
+
+/// When the newest successful snapshot of each control plane this member hosts was taken:
+/// `garden_ring_snapshot_age_seconds`. An instance records each snapshot it stores (periodic
+/// and final) and forgets its control plane when it ends, so only control planes hosted here
+/// appear, one entry each, and only after their first snapshot.
+#[derive(Debug, Default)]
+pub struct SnapshotTimes(Mutex<BTreeMap<String, (u64, u64)>>);
+
+impl SnapshotTimes {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, (u64, u64)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records a snapshot of `name` at `epoch` taken at `unix_ms`.
+    pub fn taken(&self, name: &str, epoch: u64, unix_ms: u64) {
+        self.lock().insert(name.to_string(), (epoch, unix_ms));
+    }
+
+    /// Forgets `name`, unless an instance of another epoch recorded it since.
+    pub fn forget(&self, name: &str, epoch: u64) {
+        let mut times = self.lock();
+        if times.get(name).is_some_and(|(e, _)| *e == epoch) {
+            times.remove(name);
+        }
+    }
+
+    /// Per control plane, the time since its newest snapshot at `now_unix_ms`, in ms.
+    pub fn ages_ms(&self, now_unix_ms: u64) -> Vec<(String, u64)> {
+        self.lock()
+            .iter()
+            .map(|(name, (_, at))| (name.clone(), now_unix_ms.saturating_sub(*at)))
+            .collect()
+    }
 }
 
 impl EtcdRuntime {
@@ -174,13 +211,19 @@ impl EtcdInstance {
             }),
             gate: tokio::sync::Mutex::new(None),
         });
-        let task = tokio::spawn(run(
-            runtime,
-            target.clone(),
-            shared.clone(),
-            deadline_rx,
-            stop_rx,
-        ));
+        // Every line the instance logs, the backup code's included, names its control plane
+        // and epoch.
+        let span = crate::logging::control_plane_span(&target.name, target.epoch);
+        let task = tokio::spawn(
+            run(
+                runtime,
+                target.clone(),
+                shared.clone(),
+                deadline_rx,
+                stop_rx,
+            )
+            .instrument(span),
+        );
         Self {
             target,
             deadline,
@@ -277,6 +320,14 @@ async fn run(
     let name = target.name.clone();
     let epoch = target.epoch;
     let dir = runtime.epoch_dir(&name, epoch);
+    // However the instance ends, its snapshot age stops being reported.
+    struct Forget<'a>(&'a SnapshotTimes, &'a str, u64);
+    impl Drop for Forget<'_> {
+        fn drop(&mut self) {
+            self.0.forget(self.1, self.2);
+        }
+    }
+    let _forget = Forget(&runtime.snapshots, &name, epoch);
     if !dir.join("etcd").is_dir() {
         let prepared = tokio::select! {
             prepared = prepare(&runtime, &target, &shared) => prepared,
@@ -284,25 +335,25 @@ async fn run(
             _ = lease_runs_out(&mut deadline, 0) => Err("the lease ran out while preparing".to_string()),
         };
         if let Err(why) = prepared {
-            tracing::warn!(control_plane = %name, epoch, "not started: {why}");
+            tracing::warn!("not started: {why}");
             shared.set_phase(InstancePhase::Ended);
             return;
         }
     } else {
-        tracing::info!(control_plane = %name, epoch, dir = %dir.display(), "data of this epoch is here already: etcd starts on it");
+        tracing::info!(dir = %dir.display(), "data of this epoch is here already: etcd starts on it");
     }
     shared.report(MigrationStep::Starting, |_| {});
     let ending = match serve(&runtime, &target, &shared, &mut deadline, &mut stop).await {
         Ok(ending) => ending,
         Err(why) => {
-            tracing::error!(control_plane = %name, epoch, "{why}");
+            tracing::error!("{why}");
             shared.close_gate().await;
             shared.set_phase(InstancePhase::Ended);
             return;
         }
     };
     shared.set_phase(InstancePhase::Ended);
-    tracing::info!(control_plane = %name, epoch, "etcd stopped ({ending:?})");
+    tracing::info!("etcd stopped ({ending:?})");
 }
 
 /// Resolves once `stop` is set.
@@ -341,7 +392,7 @@ async fn prepare(runtime: &EtcdRuntime, target: &Target, shared: &Shared) -> Res
                 return Err(why);
             }
             Err(Prepare::Retry(why)) => {
-                tracing::warn!(control_plane = %target.name, epoch = target.epoch, "preparing the data: {why}; again in {backoff_ms} ms");
+                tracing::warn!("preparing the data: {why}; again in {backoff_ms} ms");
                 shared.note(format!("retrying in {backoff_ms} ms: {why}"));
                 tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
                 backoff_ms = (backoff_ms * 2).min(MAX_PREPARE_BACKOFF_MS);
@@ -369,7 +420,15 @@ async fn prepare_once(
             m.from.clone(),
             m.started_unix_ms,
         ),
-        None => (destination.clone(), None, unix_ms()),
+        // Every placement records its migration (from nowhere for a new control plane): without
+        // one, this member cannot tell a new control plane from a moved one, and starting it
+        // empty could lose its data. The agent builds a new target next round.
+        None => {
+            return Err(Prepare::Fatal(format!(
+                "no record of the move of {} to this member at epoch {}: not starting",
+                target.name, target.epoch
+            )));
+        }
     };
     let plan = MigrationPlan {
         control_plane: target.name.clone(),
@@ -411,8 +470,6 @@ async fn prepare_once(
         .collect();
     if !migrated.copy.copied.is_empty() {
         tracing::info!(
-            control_plane = %target.name,
-            epoch = target.epoch,
             "copied {} snapshots ({copied} bytes) from {source} to {destination}",
             migrated.copy.copied.len()
         );
@@ -452,11 +509,9 @@ async fn prepare_once(
                     restored.skipped_bad[0].name,
                     restored.skipped_bad[0].why
                 );
-                tracing::warn!(control_plane = %target.name, epoch = target.epoch, "{note}");
+                tracing::warn!("{note}");
             }
             tracing::info!(
-                control_plane = %target.name,
-                epoch = target.epoch,
                 "restored {} (revision {}, final: {is_final}, data-loss window {window_ms} ms)",
                 restored.snapshot,
                 restored.revision,
@@ -643,7 +698,7 @@ async fn serve(
     *shared.gate.lock().await = Some(gate);
     shared.set_phase(InstancePhase::Serving);
     set_healthy(shared, true);
-    tracing::info!(control_plane = %name, epoch, "etcd serves on {public} (data in {})", dir.display());
+    tracing::info!("etcd serves on {public} (data in {})", dir.display());
     remove_older_epochs(runtime, name, epoch);
 
     let own = BackupLocation::parse(&target.backup, &runtime.backup).map_err(|e| e.to_string())?;
@@ -666,9 +721,9 @@ async fn serve(
             }
             _ = tokio::time::sleep_until(next_snapshot) => {
                 match snapshot(runtime, target, &client, &own, false).await {
-                    Ok(Ok(taken)) => tracing::debug!(control_plane = %name, epoch, "snapshot {} ({} bytes)", taken.location, taken.stored_size_bytes),
+                    Ok(Ok(taken)) => tracing::debug!("snapshot {} ({} bytes)", taken.location, taken.stored_size_bytes),
                     Ok(Err(lost)) => break Ending::Lost(lost),
-                    Err(e) => tracing::warn!(control_plane = %name, epoch, "snapshot failed: {e}"),
+                    Err(e) => tracing::warn!("snapshot failed: {e}"),
                 }
                 next_snapshot = tokio::time::Instant::now() + interval;
             }
@@ -686,21 +741,27 @@ async fn serve(
         Ending::Stopped | Ending::LeaseRunningOut => {
             match snapshot(runtime, target, &client, &own, true).await {
                 Ok(Ok(taken)) => {
-                    tracing::info!(control_plane = %name, epoch, "final snapshot {} at revision {}", taken.location, taken.revision)
+                    tracing::info!(
+                        "final snapshot {} at revision {}",
+                        taken.location,
+                        taken.revision
+                    )
                 }
                 Ok(Err(lost)) => {
-                    tracing::warn!(control_plane = %name, epoch, "no final snapshot: {lost}")
+                    tracing::warn!("no final snapshot: {lost}")
                 }
                 Err(e) => {
-                    tracing::error!(control_plane = %name, epoch, "final snapshot failed: {e}; the newest periodic snapshot is what a new host gets")
+                    tracing::error!(
+                        "final snapshot failed: {e}; the newest periodic snapshot is what a new host gets"
+                    )
                 }
             }
         }
         Ending::Lost(why) => {
-            tracing::error!(control_plane = %name, epoch, "stops serving: {why}");
+            tracing::error!("stops serving: {why}");
         }
         Ending::Exited(status) => {
-            tracing::warn!(control_plane = %name, epoch, "etcd exited ({status}); no final snapshot")
+            tracing::warn!("etcd exited ({status}); no final snapshot")
         }
     }
     guard.stop(runtime.fence_ms).await;
@@ -736,17 +797,19 @@ async fn snapshot(
             target.epoch
         )));
     }
-    take_full_snapshot(
+    let at_ms = unix_ms();
+    let taken = take_full_snapshot(
         client,
         &store,
         own.prefix(),
-        unix_ms() / 1000,
+        at_ms / 1000,
         final_,
         runtime.settings.compress,
     )
     .await
-    .map(Ok)
-    .map_err(|e| e.to_string())
+    .map_err(|e| e.to_string())?;
+    runtime.snapshots.taken(&target.name, target.epoch, at_ms);
+    Ok(Ok(taken))
 }
 
 /// Removes the data directories of epochs before `epoch` (their data moved on through the
@@ -768,11 +831,7 @@ fn remove_older_epochs(runtime: &EtcdRuntime, name: &str, epoch: u64) {
         if older < epoch
             && let Err(e) = std::fs::remove_dir_all(entry.path())
         {
-            tracing::warn!(
-                control_plane = name,
-                "cannot remove {}: {e}",
-                entry.path().display()
-            );
+            tracing::warn!("cannot remove {}: {e}", entry.path().display());
         }
     }
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use openraft::type_config::async_runtime::watch::WatchReceiver;
 use tokio::sync::watch;
+use tracing::Instrument as _;
 
 use crate::core::agent::{Action, Grant, Memory, reconcile};
 use crate::leases::LeaseDesk;
@@ -22,7 +23,7 @@ use crate::raft::network::PeerNetwork;
 use crate::raft::types::{RenewReply, RenewRequest};
 use crate::raft::{NodeId, RaftNode, StateMachineStore};
 use crate::time::monotonic_ms;
-use driver::{MigrationTarget, Target, Workloads};
+use driver::{Target, Workloads};
 
 /// What a member knows of its own lease, for those who must not act on stale state after it
 /// runs out (the builtin DNS server): the deadline of the last grant, and the leader's applied
@@ -172,42 +173,41 @@ impl Agent {
         }
         self.own.record(grant.deadline_ms(), reply.applied_index);
         for action in reconcile(&mut self.memory, &grant, &running) {
-            match action {
-                Action::Stop { name, epoch } => self.workloads.stop(&name, epoch).await,
-                Action::Extend {
-                    name,
-                    epoch,
-                    deadline_ms,
-                } => self.workloads.extend(&name, epoch, deadline_ms).await,
-                Action::Start {
-                    name,
-                    epoch,
-                    deadline_ms,
-                } => {
-                    let target = self.state.read(|a| {
-                        a.state.control_planes.get(&name).map(|cp| Target {
-                            name: name.clone(),
-                            epoch,
-                            endpoint: cp.endpoints.get(&self.name).cloned().unwrap_or_default(),
-                            dns_name: cp.dns_name.clone(),
-                            backup: cp.backup_for(&self.name).to_string(),
-                            migration: cp
-                                .migration
-                                .as_ref()
-                                .filter(|m| m.epoch == epoch && m.to == self.name)
-                                .map(|m| MigrationTarget {
-                                    from: m.from.clone(),
-                                    source: m.source.clone(),
-                                    started_unix_ms: m.started_unix_ms,
-                                }),
-                        })
-                    });
-                    let Some(target) = target else {
-                        continue; // not applied here yet: next round
-                    };
-                    if let Err(e) = self.workloads.start(target, deadline_ms).await {
-                        tracing::error!(control_plane = %name, epoch, "cannot start: {e}");
-                    }
+            // Each action is about one control plane at one epoch: its lines say which.
+            let span = match &action {
+                Action::Stop { name, epoch }
+                | Action::Extend { name, epoch, .. }
+                | Action::Start { name, epoch, .. } => {
+                    crate::logging::control_plane_span(name, *epoch)
+                }
+            };
+            self.act(action).instrument(span).await;
+        }
+    }
+
+    async fn act(&mut self, action: Action) {
+        match action {
+            Action::Stop { name, epoch } => self.workloads.stop(&name, epoch).await,
+            Action::Extend {
+                name,
+                epoch,
+                deadline_ms,
+            } => self.workloads.extend(&name, epoch, deadline_ms).await,
+            Action::Start {
+                name,
+                epoch,
+                deadline_ms,
+            } => {
+                let target = self
+                    .state
+                    .read(|a| Target::from_state(&a.state, &self.name, &name, epoch));
+                let Some(target) = target else {
+                    // The grant is ahead of this member's applied state: next round.
+                    tracing::debug!("granted before applied here; starting next round");
+                    return;
+                };
+                if let Err(e) = self.workloads.start(target, deadline_ms).await {
+                    tracing::error!("cannot start: {e}");
                 }
             }
         }

@@ -2,6 +2,10 @@
 //!
 //! Reads a TOML config (`--config FILE`), opens its data directory, joins or forms the Raft
 //! ring, and serves the peer and Admin gRPC APIs until SIGTERM or SIGINT.
+//!
+//! `ringd recover --config FILE` is the disaster recovery of the ring itself (a majority of
+//! members lost for good): offline, it rewrites this member's data directory into a one-member
+//! ring (see `garden_ring::recovery`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,18 +22,30 @@ use garden_ring::node::Member;
 /// the documented fields). The flags below override the file. On first start a member with
 /// `initial_members` forms the ring with the other founders; a member without them waits to be
 /// added with `ringctl member add`.
+///
+/// When a majority of the members is lost for good, `ringd recover` restarts the ring from this
+/// member's data alone (see `ringd recover --help`).
 #[derive(Debug, Parser)]
 #[command(
     name = "ringd",
     version,
     about,
     long_about,
+    subcommand_negates_reqs = true,
     after_help = "Exit status: 0 after SIGTERM/SIGINT, 1 on a start-up error, 3 when this member was removed from the ring."
 )]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Sub>,
     /// The TOML configuration file.
-    #[arg(long, short = 'c', env = "RINGD_CONFIG", value_name = "FILE")]
-    config: PathBuf,
+    #[arg(
+        long,
+        short = 'c',
+        env = "RINGD_CONFIG",
+        value_name = "FILE",
+        required = true
+    )]
+    config: Option<PathBuf>,
     /// Check the configuration (and print it with defaults filled in), then exit.
     #[arg(long)]
     check_config: bool,
@@ -59,11 +75,51 @@ struct Args {
     log_format: Option<LogFormat>,
 }
 
+#[derive(Debug, clap::Subcommand)]
+enum Sub {
+    /// Disaster recovery: restart the ring from this member's data alone, when a majority of
+    /// the members is lost for good (like etcd's --force-new-cluster).
+    ///
+    /// Offline: ringd must not be running on this data directory. The ring's state is rebuilt
+    /// as of the LAST entry in this member's log: entries it has but did not know to be
+    /// committed are kept and become committed; entries only the lost members had are lost.
+    /// Every other member is removed for good (ids retired); control planes hosted on them
+    /// are placed again once their leases have certainly run out (lease + fence + clock margin
+    /// after the recovered ring elects its leader); this member's control planes keep their
+    /// host and epoch; the history is kept, plus a `ring.recover` event.
+    ///
+    /// It shows what will happen and asks you to type this member's name (or pass --yes).
+    /// The current data is first copied to <data_dir>/ring.redb.before-recover-<unix ms>.
+    /// Then start the member as usual (`ringd --config FILE`): it elects itself. Add fresh
+    /// members with `ringctl member add` under NEW ids, and never start the lost members again
+    /// with their old data.
+    #[command(
+        after_help = "Exit status: 0 when recovered, 1 when nothing was changed (one line on stderr says why)."
+    )]
+    Recover(RecoverArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RecoverArgs {
+    /// The member's TOML configuration file (the same one `ringd --config` uses).
+    #[arg(long, short = 'c', env = "RINGD_CONFIG", value_name = "FILE")]
+    config: PathBuf,
+    /// Override `data_dir`.
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Do not ask for confirmation (for scripts).
+    #[arg(long)]
+    yes: bool,
+    /// Why (recorded in history with the recovery).
+    #[arg(long, default_value = "")]
+    reason: String,
+}
+
 /// Exit status when the member finds it was removed from the ring (do not restart it as is).
 const EXIT_REMOVED: u8 = 3;
 
-fn load(args: &Args) -> Result<Config, garden_ring::config::ConfigError> {
-    let mut config = Config::load(&args.config)?;
+fn load(args: &Args, path: &std::path::Path) -> Result<Config, garden_ring::config::ConfigError> {
+    let mut config = Config::load(path)?;
     if let Some(v) = args.id {
         config.id = v;
     }
@@ -92,23 +148,80 @@ fn load(args: &Args) -> Result<Config, garden_ring::config::ConfigError> {
     Ok(config)
 }
 
-fn init_logging(config: &Config) {
-    let filter = tracing_subscriber::EnvFilter::new(&config.log.level);
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr);
-    match config.log.format {
-        LogFormat::Text => builder.with_target(false).init(),
-        LogFormat::Json => builder.json().with_current_span(false).init(),
+/// `ringd recover`: see [`Sub::Recover`] and `garden_ring::recovery`.
+fn recover(args: RecoverArgs) -> ExitCode {
+    use garden_ring::recovery::{self, RecoverError, Request};
+    let run = || -> Result<String, String> {
+        let mut config = Config::load(&args.config).map_err(|e| e.to_string())?;
+        if let Some(dir) = &args.data_dir {
+            config.data_dir = dir.clone();
+        }
+        config.validate().map_err(|e| e.to_string())?;
+        let request = Request {
+            actor: recovery::local_actor("ringd-recover"),
+            reason: args.reason.clone(),
+            at_ms: garden_ring::time::unix_ms(),
+        };
+        let (db, plan) = recovery::plan_recover(&config, &request).map_err(|e| match e {
+            RecoverError::Storage(garden_ring::raft::storage::OpenError::InUse(dir)) => format!(
+                "data directory {} is in use by another process: stop this member's ringd first (ringd recover works offline); nothing was changed",
+                dir.display()
+            ),
+            e => format!("{e}; nothing was changed"),
+        })?;
+        if args.yes {
+            println!("{}", plan.describe(&config.timing));
+        } else {
+            plan.confirm(
+                &config.timing,
+                &mut std::io::stdin().lock(),
+                &mut std::io::stdout(),
+            )
+            .map_err(|e| e.to_string())?;
+            println!();
+        }
+        let backup = recovery::apply_recover(db, &plan, request.at_ms)
+            .map_err(|e| format!("recovery failed: {e}"))?;
+        let at = plan
+            .start
+            .applied
+            .last_applied
+            .map(|l| l.index)
+            .unwrap_or(0);
+        Ok(format!(
+            "recovered: {} (id {}) is now a one-member ring at log index {at}; the previous data is kept as {}.\n\
+             Next: start it with `ringd --config {}`, then add fresh members with `ringctl member add` (new ids).",
+            plan.survivor.name,
+            plan.survivor.id,
+            backup.display(),
+            args.config.display()
+        ))
+    };
+    match run() {
+        Ok(done) => {
+            println!("{done}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ringd recover: error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
 fn main() -> ExitCode {
-    let args = garden_ring::cli::parse_or_exit::<Args>("ringd");
+    // First, while this is the only thread (see the module's measurements).
+    let malloc_settings = garden_ring::allocator::tune();
+    let mut args = garden_ring::cli::parse_or_exit::<Args>("ringd");
     garden_ring::tls::install_crypto_provider();
-    let config = match load(&args) {
+    if let Some(Sub::Recover(recover_args)) = args.command.take() {
+        return recover(recover_args);
+    }
+    let path = args
+        .config
+        .clone()
+        .expect("clap requires --config without a subcommand");
+    let config = match load(&args, &path) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("ringd: error: {e}");
@@ -135,10 +248,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
         println!("{}", config.to_toml());
-        eprintln!("ringd: config {} is valid", args.config.display());
+        eprintln!("ringd: config {} is valid", path.display());
         return ExitCode::SUCCESS;
     }
-    init_logging(&config);
+    garden_ring::logging::init(&config.log, &config.name);
+    if !malloc_settings.is_empty() {
+        tracing::debug!("malloc: {}", malloc_settings.join(", "));
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -150,8 +266,6 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let span = tracing::info_span!("ringd", member = %config.name, id = config.id);
-        let _enter = span.enter();
         let member = match Member::start(config).await {
             Ok(m) => m,
             Err(e) => {

@@ -266,6 +266,14 @@ pub enum Command {
         /// Label key -> value.
         labels: BTreeMap<String, String>,
     },
+    /// Replaces a control plane's labels: the operator's notes on it (owner, tier, ...),
+    /// replicated and recorded in history like every change; nothing in the ring acts on them.
+    SetControlPlaneLabels {
+        /// The control plane.
+        name: String,
+        /// Label key -> value.
+        labels: BTreeMap<String, String>,
+    },
     /// Cordons or uncordons a member (a cordoned member gets no new control planes).
     Cordon {
         /// The member.
@@ -278,9 +286,34 @@ pub enum Command {
         /// Paused or not.
         paused: bool,
     },
+    /// Disaster recovery: the ring restarts from one member's state with that member as its
+    /// only member. Never proposed through Raft (a majority is gone, nothing could commit):
+    /// `ringd recover` and `ringctl snapshot restore` apply it offline with
+    /// [`RingState::recover`](super::RingState::recover), and `apply` refuses it.
+    Recover {
+        /// The member the ring restarts from, as it will be reached from now on (its addresses
+        /// may differ from the registered ones, e.g. after a restore on a new machine).
+        survivor: MemberSpec,
+        /// Every other registered member: removed, their ids retired for good.
+        removed: Vec<NodeId>,
+        /// Where the state came from, in words (recorded in history).
+        source: String,
+    },
 }
 
 impl Command {
+    /// The control plane and epoch a command about one control plane's epoch concerns (a move,
+    /// a released fence, a report), for the fields of the lines logged about it.
+    pub fn control_plane_epoch(&self) -> Option<(&str, u64)> {
+        match self {
+            Command::MoveControlPlane { name, epoch, .. }
+            | Command::ReleaseFence { name, epoch, .. }
+            | Command::ReportServing { name, epoch, .. }
+            | Command::ReportMigration { name, epoch, .. } => Some((name, *epoch)),
+            _ => None,
+        }
+    }
+
     /// The action name used in history and logs.
     pub fn action(&self) -> &'static str {
         match self {
@@ -296,12 +329,14 @@ impl Command {
             Command::ReportServing { .. } => "control-plane.serving",
             Command::ReportMigration { .. } => "control-plane.migration",
             Command::SetLabels { .. } => "member.labels",
+            Command::SetControlPlaneLabels { .. } => "control-plane.labels",
             Command::Cordon { cordoned: true, .. } => "member.cordon",
             Command::Cordon {
                 cordoned: false, ..
             } => "member.uncordon",
             Command::SetPaused { paused: true } => "ring.pause",
             Command::SetPaused { paused: false } => "ring.resume",
+            Command::Recover { .. } => "ring.recover",
         }
     }
 
@@ -333,15 +368,7 @@ impl Command {
             | Command::Cordon { id, .. }
             | Command::SetLabels { id, .. } => {
                 if let Command::SetLabels { labels, .. } = self {
-                    if labels.len() > MAX_LABELS {
-                        return Err(CommandError::Limit(format!(
-                            "at most {MAX_LABELS} labels per member"
-                        )));
-                    }
-                    for (key, value) in labels {
-                        require("label key", key, check_label)?;
-                        require("label value", value, check_label)?;
-                    }
+                    check_labels(labels, "member")?;
                 }
                 if *id == 0 {
                     return Err(CommandError::invalid(
@@ -355,6 +382,10 @@ impl Command {
             Command::AddControlPlane(spec) => spec.validate(),
             Command::RemoveControlPlane { name } => {
                 require("control plane name", name, check_label)
+            }
+            Command::SetControlPlaneLabels { name, labels } => {
+                require("control plane name", name, check_label)?;
+                check_labels(labels, "control plane")
             }
             Command::MoveControlPlane {
                 name,
@@ -403,14 +434,48 @@ impl Command {
                 report.validate()
             }
             Command::SetPaused { .. } => Ok(()),
+            Command::Recover {
+                survivor,
+                removed,
+                source,
+            } => {
+                survivor.validate()?;
+                if removed.len() > MAX_MEMBERS {
+                    return Err(CommandError::Limit(format!(
+                        "at most {MAX_MEMBERS} members"
+                    )));
+                }
+                if removed.iter().any(|id| *id == 0 || *id == survivor.id) {
+                    return Err(CommandError::invalid(
+                        "removed members",
+                        "",
+                        "must not name id 0 or the survivor",
+                    ));
+                }
+                require("source", source, check_text)
+            }
         }
     }
 }
 
 const _: () = assert!(MAX_TEXT_LEN < super::limits::MAX_PROPOSAL_BYTES);
 
-/// Most labels one member may carry.
+/// Most labels one member or control plane may carry.
 pub const MAX_LABELS: usize = 16;
+
+/// At most [`MAX_LABELS`] labels, keys and values DNS-1123 labels; `what` carries them.
+fn check_labels(labels: &BTreeMap<String, String>, what: &str) -> Result<(), CommandError> {
+    if labels.len() > MAX_LABELS {
+        return Err(CommandError::Limit(format!(
+            "at most {MAX_LABELS} labels per {what}"
+        )));
+    }
+    for (key, value) in labels {
+        require("label key", key, check_label)?;
+        require("label value", value, check_label)?;
+    }
+    Ok(())
+}
 
 /// A placement preference: a member name, or `key=value` (both DNS-1123 labels).
 pub fn check_preference(entry: &str) -> Result<(), String> {

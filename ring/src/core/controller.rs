@@ -10,6 +10,13 @@
 //! - a control plane moved off a host that may still hold a lease waits in `fencing` until that
 //!   host reports it released (in a renewal it sent after the move was committed) or this
 //!   leader has watched it fence for `lease_ms + fence_ms + margin`.
+//!
+//! An *unplaced* control plane can have former hosts fencing it too: it was unplaced while its
+//! host might still serve it, or its host was removed when the ring was recovered
+//! ([`RingState::recover`]). Such a control plane is released the same way, and placed only
+//! once nobody fences it any more, so its next host starts it right away and the wait is
+//! measured once, from when this leader first saw it (after a recovery: from the recovered
+//! ring's first leader, which is after the removed hosts could last have renewed).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -60,13 +67,14 @@ pub struct Observations {
 }
 
 impl Observations {
-    /// Starts the fencing clock of every control plane newly seen fencing, and forgets what no
-    /// longer applies.
+    /// Starts the fencing clock of every control plane newly seen with former hosts fencing it
+    /// (phase `fencing`, or `unplaced` with a non-empty set), and forgets what no longer
+    /// applies.
     pub fn observe(&mut self, state: &RingState) {
+        // Only a control plane that is not running can have former hosts fencing it.
         let fencing: BTreeSet<(String, u64)> = state
-            .control_planes
-            .values()
-            .filter(|cp| cp.phase == Phase::Fencing)
+            .unsettled()
+            .filter(|cp| !cp.fencing.is_empty())
             .map(|cp| (cp.name.clone(), cp.epoch))
             .collect();
         self.fencing_since.retain(|key, _| fencing.contains(key));
@@ -94,11 +102,38 @@ pub struct Decision {
     pub reason: String,
 }
 
-/// What the leader should propose now: at most one decision per control plane.
+/// What the leader should propose now: at most one decision per control plane, in name order.
+///
+/// Only the control planes that [`RingState::may_change`] lists are looked at: one that runs
+/// on a member not judged lost gets no decision (see [`decide_one`]), so a ring of thousands
+/// of control planes costs a round only what is moving.
 pub fn decide(state: &RingState, obs: &Observations, policy: &Policy) -> Vec<Decision> {
+    let out = decide_for(state, state.may_change(), obs, policy);
+    // Debug builds (every test, the simulation) check that nothing was skipped.
+    debug_assert_eq!(
+        out,
+        decide_for(state, state.control_planes.values(), obs, policy),
+        "a decision about a control plane `may_change` does not list"
+    );
+    out
+}
+
+/// The decisions about `control_planes`, in their order. Placements count the control planes
+/// the earlier decisions of this round give each member
+/// ([`placement::choose_host_planned`]), so a batch spreads and respects capacity.
+fn decide_for<'a>(
+    state: &RingState,
+    control_planes: impl IntoIterator<Item = &'a ControlPlane>,
+    obs: &Observations,
+    policy: &Policy,
+) -> Vec<Decision> {
+    let mut planned: BTreeMap<String, usize> = BTreeMap::new();
     let mut out = Vec::new();
-    for cp in state.control_planes.values() {
-        if let Some(d) = decide_one(state, cp, obs, policy) {
+    for cp in control_planes {
+        if let Some(d) = decide_one(state, cp, obs, policy, &planned) {
+            if let Command::MoveControlPlane { to: Some(to), .. } = &d.command {
+                *planned.entry(to.clone()).or_default() += 1;
+            }
             out.push(d);
         }
     }
@@ -110,9 +145,10 @@ fn decide_one(
     cp: &ControlPlane,
     obs: &Observations,
     policy: &Policy,
+    planned: &BTreeMap<String, usize>,
 ) -> Option<Decision> {
     match cp.phase {
-        Phase::Fencing => {
+        Phase::Fencing | Phase::Unplaced if !cp.fencing.is_empty() => {
             let since = obs.fencing_since.get(&(cp.name.clone(), cp.epoch))?;
             let waited = obs.now_ms.saturating_sub(*since);
             for member in &cp.fencing {
@@ -170,15 +206,23 @@ fn decide_one(
                 });
             }
         }
-        Phase::Running | Phase::Unplaced => {}
+        Phase::Running | Phase::Fencing | Phase::Unplaced => {}
     }
     if state.settings.paused {
         return None;
     }
     let host = cp.host.as_ref().and_then(|h| state.member_by_name(h));
     match (cp.phase, host) {
+        // Placed once no former host may serve it any more (see the module docs).
+        (Phase::Unplaced, _) if !cp.fencing.is_empty() => None,
         (Phase::Unplaced, _) => {
-            let to = placement::choose_host(state, &Request::moving(cp), policy.capacity).ok()?;
+            let to = placement::choose_host_planned(
+                state,
+                &Request::moving(cp),
+                policy.capacity,
+                planned,
+            )
+            .ok()?;
             Some(move_to(
                 cp,
                 Some(to),
@@ -195,7 +239,7 @@ fn decide_one(
             let request = Request::moving(cp).avoiding_zone(Some(&h.zone));
             let reason = format!("host {} is lost", h.name);
             Some(
-                match placement::choose_host(state, &request, policy.capacity) {
+                match placement::choose_host_planned(state, &request, policy.capacity, planned) {
                     Ok(to) => move_to(cp, Some(to), MoveKind::Failover, String::new(), reason),
                     Err(why) => move_to(cp, None, MoveKind::Failover, why, reason),
                 },

@@ -70,6 +70,20 @@ pub fn choose_host(
     request: &Request<'_>,
     capacity: usize,
 ) -> Result<String, String> {
+    choose_host_planned(state, request, capacity, &BTreeMap::new())
+}
+
+/// [`choose_host`] for one of several decisions taken against the same `state`: `planned`
+/// counts, per member, the control planes the earlier decisions of the batch give it, so
+/// spreading and capacity see them before they are applied (without it, a batch of 1,000
+/// failovers all went to the one member that was least loaded before the batch, past any
+/// capacity).
+pub fn choose_host_planned(
+    state: &RingState,
+    request: &Request<'_>,
+    capacity: usize,
+    planned: &BTreeMap<String, usize>,
+) -> Result<String, String> {
     let home_zone = request
         .home
         .and_then(|home| state.member_by_name(home))
@@ -106,7 +120,8 @@ pub fn choose_host(
         } else if request.avoid_zone == Some(m.zone.as_str()) {
             Some(format!("in the lost zone {}", m.zone))
         } else {
-            let hosted = state.hosted_count(&m.name);
+            let hosted =
+                state.hosted_count(&m.name) + planned.get(&m.name).copied().unwrap_or_default();
             if capacity > 0 && hosted >= capacity {
                 Some(format!("at capacity ({hosted} of {capacity})"))
             } else {

@@ -204,6 +204,9 @@ pub struct ControlPlane {
     /// The migration of its data to its current host, from the last move that gave it a host.
     #[serde(default)]
     pub migration: Option<Migration>,
+    /// Labels the operator gave it (`ringctl cp label`); nothing in the ring acts on them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 impl ControlPlane {
@@ -236,7 +239,14 @@ pub struct RingSettings {
 }
 
 /// The replicated state of a ring, version 1.
+///
+/// Besides what is stored it keeps an [`Index`] of its control planes (by host, by former
+/// host still fencing, and those not `running`), so that a lease renewal, the controller and
+/// placement look only at the control planes concerned instead of scanning all of them. The
+/// index is derived: never serialized, rebuilt when a state is decoded, kept by `apply`, and
+/// checked against a recomputation by [`RingState::check_invariants`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "StoredRingState")]
 pub struct RingState {
     /// Whether the initial members have been registered.
     pub bootstrapped: bool,
@@ -244,12 +254,109 @@ pub struct RingState {
     pub members: BTreeMap<NodeId, Member>,
     /// Ids of removed members; never accepted again.
     pub retired_ids: BTreeSet<NodeId>,
-    /// Control planes by name.
+    /// Control planes by name. Change them only through [`RingState::apply`] (which keeps the
+    /// index), or call [`RingState::reindex`] afterwards.
     pub control_planes: BTreeMap<String, ControlPlane>,
     /// Ring-wide settings.
     pub settings: RingSettings,
     /// Who did what, when and why.
     pub history: History,
+    /// Derived lookups over `control_planes` (not stored).
+    #[serde(skip)]
+    index: Index,
+}
+
+/// [`RingState`] as stored: everything but the index, which is rebuilt from it.
+#[derive(Deserialize)]
+struct StoredRingState {
+    bootstrapped: bool,
+    members: BTreeMap<NodeId, Member>,
+    retired_ids: BTreeSet<NodeId>,
+    control_planes: BTreeMap<String, ControlPlane>,
+    settings: RingSettings,
+    history: History,
+}
+
+impl From<StoredRingState> for RingState {
+    fn from(s: StoredRingState) -> Self {
+        let mut state = Self {
+            bootstrapped: s.bootstrapped,
+            members: s.members,
+            retired_ids: s.retired_ids,
+            control_planes: s.control_planes,
+            settings: s.settings,
+            history: s.history,
+            index: Index::default(),
+        };
+        state.reindex();
+        state
+    }
+}
+
+/// Lookups over the control planes, derived from them (see [`RingState`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Index {
+    /// Member name -> the control planes it hosts (any phase but `unplaced`).
+    by_host: BTreeMap<String, BTreeSet<String>>,
+    /// Member name -> the control planes whose `fencing` set holds it.
+    fenced_by: BTreeMap<String, BTreeSet<String>>,
+    /// The control planes not `running`: the only ones the controller may act on, besides
+    /// those of a lost host.
+    unsettled: BTreeSet<String>,
+    /// DNS name -> the control plane that has it.
+    by_dns_name: BTreeMap<String, String>,
+}
+
+impl Index {
+    /// The index of `control_planes`, computed from scratch.
+    fn of(control_planes: &BTreeMap<String, ControlPlane>) -> Self {
+        let mut index = Self::default();
+        for cp in control_planes.values() {
+            index.insert(cp);
+        }
+        index
+    }
+
+    fn insert(&mut self, cp: &ControlPlane) {
+        if let Some(host) = &cp.host {
+            self.by_host
+                .entry(host.clone())
+                .or_default()
+                .insert(cp.name.clone());
+        }
+        for member in &cp.fencing {
+            self.fenced_by
+                .entry(member.clone())
+                .or_default()
+                .insert(cp.name.clone());
+        }
+        if cp.phase != Phase::Running {
+            self.unsettled.insert(cp.name.clone());
+        }
+        self.by_dns_name
+            .insert(cp.dns_name.clone(), cp.name.clone());
+    }
+
+    fn remove(&mut self, cp: &ControlPlane) {
+        fn take(map: &mut BTreeMap<String, BTreeSet<String>>, key: &str, name: &str) {
+            if let Some(set) = map.get_mut(key) {
+                set.remove(name);
+                if set.is_empty() {
+                    map.remove(key);
+                }
+            }
+        }
+        if let Some(host) = &cp.host {
+            take(&mut self.by_host, host, &cp.name);
+        }
+        for member in &cp.fencing {
+            take(&mut self.fenced_by, member, &cp.name);
+        }
+        self.unsettled.remove(&cp.name);
+        if self.by_dns_name.get(&cp.dns_name) == Some(&cp.name) {
+            self.by_dns_name.remove(&cp.dns_name);
+        }
+    }
 }
 
 impl RingState {
@@ -269,36 +376,136 @@ impl RingState {
 
     /// Number of control planes hosted by the member named `name`.
     pub fn hosted_count(&self, name: &str) -> usize {
-        self.control_planes
-            .values()
-            .filter(|cp| cp.host.as_deref() == Some(name))
-            .count()
+        self.index.by_host.get(name).map_or(0, BTreeSet::len)
     }
 
     /// What member `name` may serve now: its control planes in `Starting` or `Running`, with
     /// their epochs. A lease granted by the leader covers exactly these.
     pub fn grants(&self, name: &str) -> BTreeMap<String, u64> {
-        self.control_planes
-            .values()
-            .filter(|cp| {
-                cp.host.as_deref() == Some(name)
-                    && matches!(cp.phase, Phase::Starting | Phase::Running)
-            })
+        self.hosted(name)
+            .filter(|cp| matches!(cp.phase, Phase::Starting | Phase::Running))
             .map(|cp| (cp.name.clone(), cp.epoch))
             .collect()
     }
 
     /// Names of the control planes hosted by the member named `name`.
     pub fn hosted_by(&self, name: &str) -> Vec<String> {
-        self.control_planes
-            .values()
-            .filter(|cp| cp.host.as_deref() == Some(name))
-            .map(|cp| cp.name.clone())
+        self.index
+            .by_host
+            .get(name)
+            .map(|set| set.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The control planes hosted by the member named `name` (any phase), by name.
+    pub fn hosted<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a ControlPlane> + 'a {
+        self.lookup(self.index.by_host.get(name))
+    }
+
+    /// The control planes whose `fencing` set holds the member named `name`, by name.
+    pub fn fenced_by<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a ControlPlane> + 'a {
+        self.lookup(self.index.fenced_by.get(name))
+    }
+
+    /// The control planes the leader's controller may act on: those not `running` (unplaced,
+    /// fencing, starting) and, unless the ring is paused, those on a member judged lost; in
+    /// name order. Every other control plane runs on a member not lost, and nothing is decided
+    /// for it (see [`crate::core::controller::decide`]).
+    pub fn may_change(&self) -> Vec<&ControlPlane> {
+        let mut names: BTreeSet<&String> = self.index.unsettled.iter().collect();
+        if !self.settings.paused {
+            for m in self.members.values().filter(|m| m.health == Health::Lost) {
+                if let Some(set) = self.index.by_host.get(&m.name) {
+                    names.extend(set);
+                }
+            }
+        }
+        names
+            .into_iter()
+            .filter_map(|n| self.control_planes.get(n))
             .collect()
     }
 
+    /// The control planes not `running`, by name.
+    pub fn unsettled(&self) -> impl Iterator<Item = &ControlPlane> + '_ {
+        self.lookup(Some(&self.index.unsettled))
+    }
+
+    fn lookup<'a>(
+        &'a self,
+        names: Option<&'a BTreeSet<String>>,
+    ) -> impl Iterator<Item = &'a ControlPlane> + 'a {
+        names
+            .into_iter()
+            .flatten()
+            .filter_map(|n| self.control_planes.get(n))
+    }
+
+    /// Rebuilds the index from `control_planes`: for code that changed them directly
+    /// (tests); `apply` keeps it up to date itself.
+    pub fn reindex(&mut self) {
+        self.index = Index::of(&self.control_planes);
+    }
+
     /// Applies a committed proposal at log `index`. On error nothing changed.
+    ///
+    /// A [`Command::Recover`] is refused here: it never travels through the log (see
+    /// [`RingState::recover`]).
     pub fn apply(&mut self, index: u64, proposal: &Proposal) -> Result<(), CommandError> {
+        if matches!(proposal.command, Command::Recover { .. }) {
+            return Err(CommandError::Refused(
+                "a ring recovery is never committed through Raft; only `ringd recover` and \
+                 `ringctl snapshot restore` apply it, offline"
+                    .into(),
+            ));
+        }
+        self.apply_any(index, proposal)
+    }
+
+    /// Applies a [`Command::Recover`] at `index` (one past the last entry the state reflects):
+    /// the ring restarts with the survivor as its only member. Used offline by `ringd recover`
+    /// and `ringctl snapshot restore` (see `crate::recovery`); like [`RingState::apply`] it
+    /// validates first, changes nothing when it refuses, records a history event and checks the
+    /// invariants.
+    ///
+    /// What it does, in order:
+    /// - every control plane hosted on a removed member loses its host at the next epoch
+    ///   (`unplaced`), and the removed host joins its `fencing` set unless it was judged lost
+    ///   already: nobody knows when that host last renewed its lease, so the control plane is
+    ///   placed again only once the recovered ring's leader has watched the set for
+    ///   `lease + fence + margin` (see [`crate::core::controller`]);
+    /// - the other members are removed and their ids retired, exactly as `RemoveMember` does;
+    /// - the survivor keeps its control planes (same host, same epoch), takes the addresses
+    ///   given, and becomes the only voter.
+    pub fn recover(&mut self, index: u64, proposal: &Proposal) -> Result<(), CommandError> {
+        if !matches!(proposal.command, Command::Recover { .. }) {
+            return Err(CommandError::Refused(format!(
+                "{} is not a ring recovery",
+                proposal.command.action()
+            )));
+        }
+        self.apply_any(index, proposal)
+    }
+
+    fn apply_any(&mut self, index: u64, proposal: &Proposal) -> Result<(), CommandError> {
+        // The control plane a command is about leaves the index while it changes and comes
+        // back as it is afterwards (also when the command was refused: then it is unchanged).
+        // Commands that change several control planes keep the index themselves.
+        let touched = touched_control_plane(&proposal.command);
+        if let Some(cp) = touched.and_then(|n| self.control_planes.get(n)) {
+            self.index.remove(cp);
+        }
+        let result = self.apply_checked(index, proposal);
+        if let Some(cp) = touched.and_then(|n| self.control_planes.get(n)) {
+            self.index.insert(cp);
+        }
+        if result.is_ok() {
+            self.check_after(&proposal.command);
+        }
+        result
+    }
+
+    fn apply_checked(&mut self, index: u64, proposal: &Proposal) -> Result<(), CommandError> {
         proposal.validate()?;
         let subject = subject(self, &proposal.command);
         let detail = match &proposal.command {
@@ -343,23 +550,25 @@ impl RingState {
             Command::SetLabels { id, labels } => {
                 let member = self.member_mut(*id)?;
                 member.labels = labels.clone();
-                if labels.is_empty() {
-                    "labels removed".into()
-                } else {
-                    format!(
-                        "labels {}",
-                        labels
-                            .iter()
-                            .map(|(k, v)| format!("{k}={v}"))
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    )
-                }
+                labels_detail(labels)
+            }
+            Command::SetControlPlaneLabels { name, labels } => {
+                let cp = self
+                    .control_planes
+                    .get_mut(name)
+                    .ok_or_else(|| CommandError::UnknownControlPlane(name.clone()))?;
+                cp.labels = labels.clone();
+                labels_detail(labels)
             }
             Command::Cordon { id, cordoned } => match self.cordon(*id, *cordoned)? {
                 Some(detail) => detail,
                 None => return Ok(()),
             },
+            Command::Recover {
+                survivor,
+                removed,
+                source,
+            } => self.recover_ring(survivor, removed, source, proposal.at_ms)?,
             Command::SetPaused { paused } => {
                 self.settings.paused = *paused;
                 if *paused {
@@ -378,7 +587,6 @@ impl RingState {
             reason: proposal.reason.clone(),
             detail,
         });
-        self.check_after(&proposal.command);
         Ok(())
     }
 
@@ -468,6 +676,20 @@ impl RingState {
                 id: other.id,
             });
         }
+        // Fencing sets hold member names. A former member of this name that may still hold a
+        // lease must not be mistaken for the new one: the new member's first renewal (which
+        // holds nothing) would release the old member's fence early.
+        if let Some(cp) = self
+            .control_planes
+            .values()
+            .find(|cp| cp.fencing.contains(&spec.name))
+        {
+            return Err(CommandError::Refused(format!(
+                "control plane {} still waits for a former member named {} to release it (its lease may not have run out yet); \
+                 add {} once no control plane lists it as fencing (`ringctl cp list`), within lease + fence + margin",
+                cp.name, spec.name, spec.name
+            )));
+        }
         if let Some(other) = self
             .members
             .values()
@@ -533,6 +755,129 @@ impl RingState {
         Ok(format!("{name} ({id}) removed; id {id} retired for good"))
     }
 
+    /// See [`RingState::recover`]. Everything is checked before anything changes.
+    fn recover_ring(
+        &mut self,
+        survivor: &MemberSpec,
+        removed: &[NodeId],
+        source: &str,
+        at_ms: u64,
+    ) -> Result<String, CommandError> {
+        if !self.bootstrapped {
+            return Err(CommandError::Refused(
+                "this ring never registered its founding members: there is nothing to recover; form a new ring instead"
+                    .into(),
+            ));
+        }
+        if self.retired_ids.contains(&survivor.id) {
+            return Err(CommandError::Refused(format!(
+                "member id {} was removed from this ring (retired): a ring cannot restart from a removed member",
+                survivor.id
+            )));
+        }
+        let current = self.members.get(&survivor.id).ok_or_else(|| {
+            CommandError::Refused(format!(
+                "member id {} is not a member of this ring (registered: {})",
+                survivor.id,
+                self.members
+                    .values()
+                    .map(|m| format!("{}({})", m.name, m.id))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        if current.name != survivor.name || current.zone != survivor.zone {
+            return Err(CommandError::Refused(format!(
+                "member {} is registered as {} in zone {}, not {} in zone {}",
+                survivor.id, current.name, current.zone, survivor.name, survivor.zone
+            )));
+        }
+        let others: BTreeSet<NodeId> = self
+            .members
+            .keys()
+            .copied()
+            .filter(|id| *id != survivor.id)
+            .collect();
+        let named: BTreeSet<NodeId> = removed.iter().copied().collect();
+        if named != others || named.len() != removed.len() {
+            return Err(CommandError::Refused(format!(
+                "a recovery removes exactly every other member ({others:?}), not {removed:?}"
+            )));
+        }
+        let gone: BTreeMap<String, NodeId> = others
+            .iter()
+            .map(|id| (self.members[id].name.clone(), *id))
+            .collect();
+
+        // 1. Control planes hosted on removed members: no host, next epoch, and the host
+        //    fencing it (move_control_plane keeps it in the set unless it was judged lost).
+        let orphaned: Vec<(String, String, u64)> = self
+            .control_planes
+            .values()
+            .filter_map(|cp| {
+                let host = cp.host.as_ref().filter(|h| gone.contains_key(*h))?;
+                Some((cp.name.clone(), host.clone(), cp.epoch))
+            })
+            .collect();
+        for (name, host, epoch) in &orphaned {
+            let note = format!("its host {host} was removed when the ring was recovered");
+            self.move_control_plane(name, None, epoch + 1, MoveKind::Failover, &note, at_ms)
+                .expect("unplacing an existing control plane at its next epoch is never refused");
+        }
+        // Those moves went around `apply_any`, which keeps the index for one control plane.
+        self.reindex();
+
+        // 2. The other members leave for good, like RemoveMember.
+        for id in &others {
+            self.members.remove(id);
+            self.retired_ids.insert(*id);
+        }
+
+        // 3. The survivor: reachable where it says, the only voter.
+        let member = self.members.get_mut(&survivor.id).expect("checked above");
+        member.address = survivor.address.clone();
+        member.admin_address = survivor.admin_address.clone();
+        member.wants_voter = true;
+        self.apply_membership(&BTreeSet::from([survivor.id]), &BTreeSet::new());
+
+        let list = |items: Vec<String>| -> String {
+            const SHOWN: usize = 20;
+            let more = items.len().saturating_sub(SHOWN);
+            let mut text = items.into_iter().take(SHOWN).collect::<Vec<_>>().join(", ");
+            if more > 0 {
+                text.push_str(&format!(" and {more} more"));
+            }
+            text
+        };
+        let removed_text = list(
+            gone.iter()
+                .map(|(name, id)| format!("{name}({id})"))
+                .collect(),
+        );
+        let mut detail = format!(
+            "recovered from {source}; {}({}) is the only member; removed {} for good (ids retired)",
+            survivor.name,
+            survivor.id,
+            if removed_text.is_empty() {
+                "nobody"
+            } else {
+                &removed_text
+            }
+        );
+        if !orphaned.is_empty() {
+            detail.push_str(&format!(
+                "; control planes whose host was removed, placed again once its lease has certainly run out: {}",
+                list(
+                    orphaned
+                        .iter()
+                        .map(|(name, host, epoch)| format!("{name} (was on {host}, now epoch {})", epoch + 1))
+                        .collect()
+                )
+            ));
+        }
+        Ok(detail)
+    }
+
     fn control_plane_mut(&mut self, name: &str) -> Result<&mut ControlPlane, CommandError> {
         self.control_planes
             .get_mut(name)
@@ -557,12 +902,21 @@ impl RingState {
             // Lost means silent for member_lost_ms > lease_ms + fence_ms + margin: whatever
             // lease it held has run out and it fenced itself (DESIGN.md rules 1 and 2).
             let name = member.name.clone();
-            let mut released = Vec::new();
-            for cp in self.control_planes.values_mut() {
-                if cp.fencing.remove(&name) {
-                    released.push(cp.name.clone());
-                    cp.end_fencing_if_done();
-                }
+            let released: Vec<String> = self
+                .index
+                .fenced_by
+                .get(&name)
+                .map(|set| set.iter().cloned().collect())
+                .unwrap_or_default();
+            for cp_name in &released {
+                let cp = self
+                    .control_planes
+                    .get_mut(cp_name)
+                    .expect("the index names existing control planes");
+                self.index.remove(cp);
+                cp.fencing.remove(&name);
+                cp.end_fencing_if_done();
+                self.index.insert(cp);
             }
             if !released.is_empty() {
                 detail.push_str(&format!("; no longer fencing {}", released.join(", ")));
@@ -628,9 +982,12 @@ impl RingState {
                 return Err(CommandError::Refused(format!("{to} is lost")));
             }
         }
+        // A former host judged lost has fenced itself. One that is no longer registered (removed,
+        // or lost in a recovery) may still hold a lease: it stays in the set until it is
+        // released (the leader watched the set for lease + fence + margin).
         let lost = |m: &str| {
             self.member_by_name(m)
-                .is_none_or(|m| m.health == Health::Lost)
+                .is_some_and(|m| m.health == Health::Lost)
         };
         let mut fencing: BTreeSet<String> =
             cp.fencing.iter().filter(|m| !lost(m)).cloned().collect();
@@ -827,14 +1184,10 @@ impl RingState {
                 )
             })?;
         }
-        if let Some(other) = self
-            .control_planes
-            .values()
-            .find(|cp| cp.dns_name == spec.dns_name)
-        {
+        if let Some(other) = self.index.by_dns_name.get(&spec.dns_name) {
             return Err(CommandError::DuplicateDnsName {
                 dns_name: spec.dns_name.clone(),
-                control_plane: other.name.clone(),
+                control_plane: other.clone(),
             });
         }
         if let Some(home) = &spec.home
@@ -909,6 +1262,7 @@ impl RingState {
                 prefer: spec.prefer.clone(),
                 backups: spec.backups.clone(),
                 migration,
+                labels: BTreeMap::new(),
             },
         );
         Ok(detail)
@@ -944,6 +1298,7 @@ impl RingState {
                     check_control_plane(cp);
                 }
             }
+            Command::Recover { .. } => self.check_invariants(),
             Command::AddMember(spec) => assert!(
                 !self.retired_ids.contains(&spec.id),
                 "retired id {} is registered again",
@@ -985,6 +1340,23 @@ impl RingState {
             );
             check_control_plane(cp);
         }
+        assert!(
+            self.index == Index::of(&self.control_planes),
+            "the control-plane index differs from its recomputation"
+        );
+    }
+}
+
+/// The control plane a command changes, if it names one.
+fn touched_control_plane(command: &Command) -> Option<&str> {
+    match command {
+        Command::AddControlPlane(spec) => Some(&spec.name),
+        Command::RemoveControlPlane { name }
+        | Command::MoveControlPlane { name, .. }
+        | Command::ReleaseFence { name, .. }
+        | Command::ReportServing { name, .. }
+        | Command::ReportMigration { name, .. } => Some(name),
+        _ => None,
     }
 }
 
@@ -1055,6 +1427,22 @@ fn new_member(spec: &MemberSpec, role: Role, wants_voter: bool) -> Member {
     }
 }
 
+/// A label change in history's words.
+fn labels_detail(labels: &BTreeMap<String, String>) -> String {
+    if labels.is_empty() {
+        "labels removed".into()
+    } else {
+        format!(
+            "labels {}",
+            labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+    }
+}
+
 fn subject(state: &RingState, command: &Command) -> String {
     let member_name = |id: &NodeId| {
         state
@@ -1064,13 +1452,16 @@ fn subject(state: &RingState, command: &Command) -> String {
             .unwrap_or_else(|| format!("member {id}"))
     };
     match command {
-        Command::Bootstrap { .. } | Command::SetPaused { .. } => "ring".into(),
+        Command::Bootstrap { .. } | Command::SetPaused { .. } | Command::Recover { .. } => {
+            "ring".into()
+        }
         Command::AddMember(spec) => format!("{}({})", spec.name, spec.id),
         Command::PromoteMember { id }
         | Command::RemoveMember { id }
         | Command::SetHealth { id, .. } => member_name(id),
         Command::AddControlPlane(spec) => spec.name.clone(),
         Command::RemoveControlPlane { name }
+        | Command::SetControlPlaneLabels { name, .. }
         | Command::MoveControlPlane { name, .. }
         | Command::ReleaseFence { name, .. }
         | Command::ReportServing { name, .. }

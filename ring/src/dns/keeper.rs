@@ -22,9 +22,10 @@ use openraft::type_config::async_runtime::watch::WatchReceiver;
 use tokio::sync::watch;
 
 use super::query::{Observed, observe};
-use super::records::{DesiredRecord, desired_records};
+use super::records::{DesiredRecord, desired_values};
 use super::update::{Change, RecordValue};
 use crate::core::limits::MAX_DNS_UPDATE_CHANGES;
+use crate::metrics::{DNS_PROPAGATION_BUCKETS_S, Histogram};
 use crate::raft::{NodeId, RaftNode, StateMachineStore};
 use crate::time::unix_ms;
 
@@ -68,9 +69,15 @@ pub struct RecordStatus {
     /// When (unix ms) this leader first saw the desired value: about when it was committed.
     pub since_unix_ms: u64,
     /// What each server answered last.
-    pub answers: BTreeMap<SocketAddr, Observed>,
+    pub answers: Answers,
     /// How long after `since_unix_ms` every server answered the desired value.
     pub visible_after_ms: Option<u64>,
+    /// Whether its propagation is still to be observed in `garden_ring_dns_propagation_seconds`:
+    /// the value changed while this member led, and has not been seen everywhere yet. The
+    /// values a new leader inherits are not timed (their `since_unix_ms` is when it took over,
+    /// not when they were committed), nor a new name that should have no record (nothing
+    /// changes), nor a record seen again after it drifted.
+    pub timed: bool,
 }
 
 impl RecordStatus {
@@ -81,6 +88,35 @@ impl RecordStatus {
                 .get(s)
                 .is_some_and(|o| o.matches(&self.desired.value))
         })
+    }
+}
+
+/// What each server answered last, in server order: a short list (at most 16 servers are
+/// checked), kept per record, so a map's node for a single answer is not paid thousands of
+/// times over.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Answers(Vec<(SocketAddr, Observed)>);
+
+impl Answers {
+    /// What `server` answered last.
+    pub fn get(&self, server: &SocketAddr) -> Option<&Observed> {
+        self.0
+            .binary_search_by(|(s, _)| s.cmp(server))
+            .ok()
+            .map(|i| &self.0[i].1)
+    }
+
+    /// Records what `server` answered.
+    pub fn insert(&mut self, server: SocketAddr, seen: Observed) {
+        match self.0.binary_search_by(|(s, _)| s.cmp(&server)) {
+            Ok(i) => self.0[i].1 = seen,
+            Err(i) => self.0.insert(i, (server, seen)),
+        }
+    }
+
+    /// Every server's answer, in server order.
+    pub fn iter(&self) -> impl Iterator<Item = (&SocketAddr, &Observed)> {
+        self.0.iter().map(|(s, o)| (s, o))
     }
 }
 
@@ -146,6 +182,8 @@ pub struct Keeper {
     next_reconcile: Instant,
     /// Some record is not visible on every server yet.
     pending: bool,
+    /// Propagation times of the changes this member saw through while leading.
+    propagation: Arc<Histogram>,
 }
 
 /// The settings a keeper needs.
@@ -192,7 +230,14 @@ impl Keeper {
             last_error: None,
             next_reconcile: Instant::now(),
             pending: false,
+            propagation: Arc::new(Histogram::new(&DNS_PROPAGATION_BUCKETS_S)),
         }
+    }
+
+    /// The histogram of propagation times (for `/metrics`): from the leader seeing a record's
+    /// new value to every server answering it, for the changes committed while it leads.
+    pub fn propagation(&self) -> Arc<Histogram> {
+        self.propagation.clone()
     }
 
     /// The status this keeper keeps.
@@ -221,7 +266,10 @@ impl Keeper {
         });
     }
 
-    /// One round on the leader.
+    /// One round on the leader. The records' values are what it needs (`ringctl dns list` gets
+    /// the words from the state itself), so it skips writing why each one is wanted: with
+    /// thousands of control planes that was most of a round, and a round runs whenever the
+    /// applied index moves.
     async fn round(&mut self) {
         let desired = self
             .state
@@ -230,11 +278,13 @@ impl Keeper {
                     .settings
                     .dns_zone
                     .is_some()
-                    .then(|| desired_records(&a.state, self.ttl_s))
+                    .then(|| desired_values(&a.state, self.ttl_s))
             })
             .unwrap_or_default();
         let now = unix_ms();
         self.status.update(|v| {
+            // On the first round of a leadership every record is inherited: not timed.
+            let inherited = !v.leading;
             v.leading = true;
             let wanted: BTreeMap<&str, &DesiredRecord> =
                 desired.iter().map(|r| (r.name.as_str(), r)).collect();
@@ -242,15 +292,23 @@ impl Keeper {
                 .retain(|name, _| wanted.contains_key(name.as_str()));
             for record in &desired {
                 match v.records.get_mut(&record.name) {
-                    Some(s) if s.desired.value == record.value => s.desired = record.clone(),
-                    _ => {
+                    Some(s) if s.desired.value == record.value => {
+                        if s.desired != *record {
+                            s.desired = record.clone();
+                        }
+                    }
+                    previous => {
+                        // A name new to this leader that should have no record changes
+                        // nothing in DNS (a control plane not running yet): not timed.
+                        let changes_dns = previous.is_some() || record.value != RecordValue::Delete;
                         v.records.insert(
                             record.name.clone(),
                             RecordStatus {
                                 desired: record.clone(),
                                 since_unix_ms: now,
-                                answers: BTreeMap::new(),
+                                answers: Answers::default(),
                                 visible_after_ms: None,
+                                timed: !inherited && changes_dns,
                             },
                         );
                     }
@@ -380,6 +438,7 @@ impl Keeper {
         let mut drifted = Vec::new();
         let servers = self.servers.clone();
         let mut pending = false;
+        let propagation = &self.propagation;
         self.status.update(|v| {
             let mut failures = BTreeMap::new();
             for (name, server, seen) in answers {
@@ -399,6 +458,9 @@ impl Keeper {
                 if record.visible_after_ms.is_none() && record.visible(&servers) {
                     let after = now.saturating_sub(record.since_unix_ms);
                     record.visible_after_ms = Some(after);
+                    if std::mem::take(&mut record.timed) {
+                        propagation.observe_ms(after);
+                    }
                     v.last_change = Some(Propagation {
                         name: name.clone(),
                         value: record.desired.value.clone(),

@@ -44,24 +44,42 @@ pub fn endpoint_value(endpoint: &str) -> RecordValue {
 
 /// The records the ring wants, sorted by name.
 pub fn desired_records(state: &RingState, ttl_s: u32) -> Vec<DesiredRecord> {
+    records(state, ttl_s, true)
+}
+
+/// [`desired_records`] without the words: every `why` is empty. For the builtin server, which
+/// only needs the values and rebuilds them whenever the applied index moves.
+pub fn desired_values(state: &RingState, ttl_s: u32) -> Vec<DesiredRecord> {
+    records(state, ttl_s, false)
+}
+
+fn records(state: &RingState, ttl_s: u32, explain: bool) -> Vec<DesiredRecord> {
     let mut out = Vec::new();
     for cp in state.control_planes.values() {
         let endpoint = cp.host.as_ref().and_then(|h| cp.endpoints.get(h));
         let (value, why) = match (cp.phase, &cp.host, endpoint) {
             (Phase::Running, Some(host), Some(endpoint)) => (
                 endpoint_value(endpoint),
-                format!("{} on {host} at epoch {}", cp.name, cp.epoch),
+                if explain {
+                    format!("{} on {host} at epoch {}", cp.name, cp.epoch)
+                } else {
+                    String::new()
+                },
             ),
             (phase, host, _) => (
                 RecordValue::Delete,
-                format!(
-                    "{} is {phase}{} at epoch {}: no record until its host reports it serving",
-                    cp.name,
-                    host.as_ref()
-                        .map(|h| format!(" on {h}"))
-                        .unwrap_or_default(),
-                    cp.epoch
-                ),
+                if explain {
+                    format!(
+                        "{} is {phase}{} at epoch {}: no record until its host reports it serving",
+                        cp.name,
+                        host.as_ref()
+                            .map(|h| format!(" on {h}"))
+                            .unwrap_or_default(),
+                        cp.epoch
+                    )
+                } else {
+                    String::new()
+                },
             ),
         };
         out.push(DesiredRecord {

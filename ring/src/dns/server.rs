@@ -10,6 +10,7 @@
 //!
 //! The zone itself is [`Zone`], rebuilt whenever the applied index moves.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,8 +23,9 @@ use hickory_server::zone_handler::MessageResponseBuilder;
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::watch;
 
-use super::records::desired_records;
-use super::zone::Zone;
+use super::records::{DesiredRecord, desired_values};
+use super::update::RecordValue;
+use super::zone::{Zone, desired_by_name};
 use crate::agent::OwnLease;
 use crate::raft::StateMachineStore;
 use crate::time::monotonic_ms;
@@ -38,8 +40,13 @@ const EDNS_UDP_PAYLOAD: u16 = 1232;
 /// The zone as this member last applied it (None before the ring has a zone).
 pub type ZoneFeed = watch::Receiver<Option<Arc<Zone>>>;
 
-/// Keeps a [`Zone`] built from the applied state, rebuilt whenever the applied index moves,
-/// until `stopped`.
+/// Keeps a [`Zone`] built from the applied state, brought up to date whenever the applied
+/// index moves, until `stopped`.
+///
+/// The zone is built once; after that each version is the previous one with the names whose
+/// values changed ([`Zone::with_changes`]), so a ring of thousands of control planes does not
+/// build every record again for every applied entry. It is built afresh when the zone itself
+/// (its name, the members serving it, the TTL) changes or an update fails.
 pub fn feed(
     state: StateMachineStore,
     ttl_s: u32,
@@ -48,8 +55,10 @@ pub fn feed(
     let (tx, rx) = watch::channel(None);
     let task = tokio::spawn(async move {
         let mut applied = state.watch_applied();
+        // The last zone sent, what it was built for (origin, nameservers) and its values.
+        let mut last: Option<(Arc<Zone>, ZoneShape, Values)> = None;
         loop {
-            let built = state.read(|a| {
+            let read = state.read(|a| {
                 let zone = a.state.settings.dns_zone.as_ref()?;
                 let nameservers: Vec<String> = a
                     .state
@@ -57,21 +66,31 @@ pub fn feed(
                     .values()
                     .map(|m| format!("{}.members.{zone}", m.name))
                     .collect();
-                let records = desired_records(&a.state, ttl_s);
-                Some(Zone::build(
-                    zone,
-                    a.applied_index(),
-                    &records,
-                    &nameservers,
-                    ttl_s,
-                ))
+                let wanted = desired_by_name(&desired_values(&a.state, ttl_s));
+                Some(((zone.clone(), nameservers), wanted, a.applied_index()))
             });
-            match built {
-                Some(Ok(zone)) => {
-                    let _ = tx.send(Some(Arc::new(zone)));
+            if let Some((shape, wanted, index)) = read {
+                let built = match last.take() {
+                    Some((zone, last_shape, last_wanted)) if last_shape == shape => {
+                        let changes = changed(&last_wanted, &wanted);
+                        zone.with_changes(index, &changes)
+                    }
+                    _ => Zone::build(
+                        &shape.0,
+                        index,
+                        &records_of(&wanted, ttl_s),
+                        &shape.1,
+                        ttl_s,
+                    ),
+                };
+                match built {
+                    Ok(zone) => {
+                        let zone = Arc::new(zone);
+                        let _ = tx.send(Some(zone.clone()));
+                        last = Some((zone, shape, wanted));
+                    }
+                    Err(e) => tracing::error!("cannot build the DNS zone: {e}"),
                 }
-                Some(Err(e)) => tracing::error!("cannot build the DNS zone: {e}"),
-                None => {}
             }
             tokio::select! {
                 changed = applied.changed() => if changed.is_err() { return },
@@ -80,6 +99,42 @@ pub fn feed(
         }
     });
     (rx, task)
+}
+
+/// What a zone is built for: its name and its nameservers.
+type ZoneShape = (String, Vec<String>);
+/// Record values by name ([`desired_by_name`]).
+type Values = BTreeMap<String, Vec<RecordValue>>;
+
+/// The names whose values differ between `old` and `new` (a name gone gets no values).
+fn changed(
+    old: &BTreeMap<String, Vec<RecordValue>>,
+    new: &BTreeMap<String, Vec<RecordValue>>,
+) -> BTreeMap<String, Vec<RecordValue>> {
+    let mut out: BTreeMap<String, Vec<RecordValue>> = new
+        .iter()
+        .filter(|(name, values)| old.get(*name) != Some(values))
+        .map(|(name, values)| (name.clone(), values.clone()))
+        .collect();
+    for name in old.keys().filter(|name| !new.contains_key(*name)) {
+        out.insert(name.clone(), Vec::new());
+    }
+    out
+}
+
+/// Desired records with exactly `wanted`'s values.
+fn records_of(wanted: &BTreeMap<String, Vec<RecordValue>>, ttl_s: u32) -> Vec<DesiredRecord> {
+    wanted
+        .iter()
+        .flat_map(|(name, values)| {
+            values.iter().map(move |value| DesiredRecord {
+                name: name.clone(),
+                ttl_s,
+                value: value.clone(),
+                why: String::new(),
+            })
+        })
+        .collect()
 }
 
 /// Answers queries from the current [`Zone`], if the lease allows.

@@ -13,11 +13,13 @@
 //!
 //! Whether a member may answer at all (its lease) is decided by the server, not here.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::rdata::{A, AAAA, CNAME, NS, SOA};
 use hickory_proto::rr::{LowerName, Name, RData, Record, RecordType};
+use imbl::OrdMap;
 
 use super::records::DesiredRecord;
 use super::update::RecordValue;
@@ -59,15 +61,30 @@ pub struct Answer {
 }
 
 /// One immutable version of the zone.
-#[derive(Debug, Clone)]
+///
+/// Its records live behind an `Arc`, so a new version at another applied index with the same
+/// records costs no copy, and [`Zone::with_changes`] copies them once for any number of
+/// changed names instead of building every record again.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Zone {
     origin: LowerName,
     applied_index: u64,
+    ttl_s: u32,
     soa: Record,
     ns: Vec<Record>,
-    records: BTreeMap<LowerName, Vec<Record>>,
-    /// Every name that exists, including empty non-terminals such as `members.<zone>`.
-    names: BTreeSet<LowerName>,
+    data: Arc<ZoneData>,
+}
+
+/// The records of a [`Zone`], and which names exist. Persistent maps (`imbl`): a copy shares
+/// every node with the original, and a change copies only the path to the changed name, so a
+/// new version of a zone of 10,000 names costs kilobytes, not another zone.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct ZoneData {
+    records: OrdMap<LowerName, Vec<Record>>,
+    /// The names strictly between a record's owner and the apex (empty non-terminals such as
+    /// `members.<zone>`, or owners that are also ancestors), with the number of owners below
+    /// each. A name exists when it owns records or is here.
+    names: OrdMap<LowerName, usize>,
 }
 
 fn parse(what: &'static str, name: &str) -> Result<Name, ZoneError> {
@@ -77,6 +94,26 @@ fn parse(what: &'static str, name: &str) -> Result<Name, ZoneError> {
         name: name.to_string(),
         why: e.to_string(),
     })
+}
+
+/// The key [`Zone::with_changes`] and [`desired_by_name`] use for a record's name: lower case,
+/// no trailing dot.
+pub fn name_key(name: &str) -> String {
+    name.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// The values `records` want, by [`name_key`], each name's in the order given ("no record"
+/// entries left out, a name that only has those keeps an empty list): what
+/// [`Zone::with_changes`] compares between two versions.
+pub fn desired_by_name(records: &[DesiredRecord]) -> BTreeMap<String, Vec<RecordValue>> {
+    let mut out: BTreeMap<String, Vec<RecordValue>> = BTreeMap::new();
+    for record in records {
+        let values = out.entry(name_key(&record.name)).or_default();
+        if record.value != RecordValue::Delete {
+            values.push(record.value.clone());
+        }
+    }
+    out
 }
 
 impl Zone {
@@ -121,36 +158,109 @@ impl Zone {
             )),
         );
         let mut zone = Self {
-            origin: lower_apex.clone(),
+            origin: lower_apex,
             applied_index,
+            ttl_s,
             soa,
             ns,
-            records: BTreeMap::new(),
-            names: BTreeSet::from([lower_apex]),
+            data: Arc::default(),
         };
-        for record in records {
-            let data = match &record.value {
+        let mut data = ZoneData::default();
+        for (name, values) in desired_by_name(records) {
+            zone.set(&mut data, &name, &values)?;
+        }
+        zone.data = Arc::new(data);
+        Ok(zone)
+    }
+
+    /// This zone at `applied_index`, where each name in `changes` (keyed by [`name_key`]) has
+    /// exactly the values given (none: no record) and every other name keeps its records: the
+    /// same zone [`Zone::build`] makes from the records that give those values. Unchanged
+    /// records are shared or copied, never built again. On error nothing is returned and this
+    /// zone is unchanged.
+    pub fn with_changes(
+        &self,
+        applied_index: u64,
+        changes: &BTreeMap<String, Vec<RecordValue>>,
+    ) -> Result<Self, ZoneError> {
+        let mut zone = self.clone();
+        zone.applied_index = applied_index;
+        if let RData::SOA(soa) = &self.soa.data {
+            let mut soa = soa.clone();
+            // RFC 1982 serial arithmetic: wrapping is what serials do.
+            soa.serial = (applied_index % (1 << 32)) as u32;
+            zone.soa = Record::from_rdata(self.soa.name.clone(), self.soa.ttl, RData::SOA(soa));
+        }
+        if !changes.is_empty() {
+            let mut data = (*self.data).clone(); // shares every node until changed
+            for (name, values) in changes {
+                zone.set(&mut data, name, values)?;
+            }
+            zone.data = Arc::new(data);
+        }
+        Ok(zone)
+    }
+
+    /// Gives `name` exactly `values` in `data` (the apex and names outside the zone are left
+    /// alone, as [`Zone::build`] leaves such records out).
+    fn set(
+        &self,
+        data: &mut ZoneData,
+        name: &str,
+        values: &[RecordValue],
+    ) -> Result<(), ZoneError> {
+        let owner = parse("record", name)?;
+        let lower = LowerName::new(&owner);
+        if !self.origin.zone_of(&lower) || lower == self.origin {
+            return Ok(());
+        }
+        let mut records = Vec::new();
+        for value in values {
+            let rdata = match value {
                 RecordValue::A(v4) => RData::A(A(*v4)),
                 RecordValue::Aaaa(v6) => RData::AAAA(AAAA(*v6)),
                 RecordValue::Cname(target) => RData::CNAME(CNAME(parse("CNAME target", target)?)),
                 RecordValue::Delete => continue,
             };
-            let owner = parse("record", &record.name)?;
-            let lower = LowerName::new(&owner);
-            if !zone.origin.zone_of(&lower) || lower == zone.origin {
-                continue;
-            }
-            // Every ancestor up to the apex exists too (empty non-terminals, RFC 8020).
-            let mut ancestor = lower.clone();
-            while ancestor != zone.origin && zone.names.insert(ancestor.clone()) {
-                ancestor = ancestor.base_name();
-            }
-            zone.records
-                .entry(lower)
-                .or_default()
-                .push(Record::from_rdata(owner, record.ttl_s, data));
+            records.push(Record::from_rdata(owner.clone(), self.ttl_s, rdata));
         }
-        Ok(zone)
+        let existed = data.records.contains_key(&lower);
+        // Every ancestor up to the apex exists while a record below it does (empty
+        // non-terminals, RFC 8020). The owner itself exists through its records.
+        let ancestors = || {
+            let mut names = Vec::new();
+            let mut ancestor = lower.base_name();
+            while ancestor != self.origin {
+                let parent = ancestor.base_name();
+                names.push(ancestor);
+                ancestor = parent;
+            }
+            names
+        };
+        match (existed, records.is_empty()) {
+            (true, true) => {
+                data.records.remove(&lower);
+                for name in ancestors() {
+                    if let Some(count) = data.names.get_mut(&name) {
+                        *count -= 1;
+                        if *count == 0 {
+                            data.names.remove(&name);
+                        }
+                    }
+                }
+            }
+            (false, false) => {
+                data.records.insert(lower.clone(), records);
+                for name in ancestors() {
+                    *data.names.entry(name).or_insert(0) += 1;
+                }
+            }
+            (true, false) => {
+                data.records.insert(lower, records);
+            }
+            (false, true) => {}
+        }
+        Ok(())
     }
 
     /// The applied index this version was built from.
@@ -193,7 +303,7 @@ impl Zone {
         }
         let mut current = name.clone();
         for _ in 0..MAX_CNAME_CHAIN {
-            let Some(records) = self.records.get(&current) else {
+            let Some(records) = self.data.records.get(&current) else {
                 break;
             };
             let cname = records.iter().find_map(|r| match &r.data {
@@ -220,7 +330,10 @@ impl Zone {
                 }
             }
         }
-        if answers.is_empty() && !self.names.contains(name) {
+        if answers.is_empty()
+            && !self.data.records.contains_key(name)
+            && !self.data.names.contains_key(name)
+        {
             return Answer {
                 rcode: ResponseCode::NXDomain,
                 answers,
@@ -382,5 +495,66 @@ mod tests {
     fn bad_names_are_clear_errors() {
         let err = Zone::build("bad..zone", 1, &[], &[], 5).unwrap_err();
         assert!(err.to_string().contains("zone \"bad..zone\""), "{err}");
+    }
+
+    /// A zone updated with [`Zone::with_changes`] is the zone built from scratch with the
+    /// new records, through many random changes (records appearing, changing, going away,
+    /// CNAMEs, names under names, names outside the zone, mixed case).
+    #[test]
+    fn updating_equals_building_from_scratch() {
+        let names = [
+            "a.ring.test",
+            "B.ring.test",
+            "b.ring.test",
+            "x.a.ring.test",
+            "y.x.a.ring.test",
+            "m.members.ring.test",
+            "n.members.ring.test",
+            "ring.test",
+            "other.example.com",
+        ];
+        let values = [
+            RecordValue::Delete,
+            RecordValue::A(Ipv4Addr::new(10, 0, 0, 1)),
+            RecordValue::A(Ipv4Addr::new(10, 0, 0, 2)),
+            RecordValue::Aaaa(Ipv6Addr::LOCALHOST),
+            RecordValue::Cname("a.ring.test".into()),
+        ];
+        let nameservers = ["m.members.ring.test".to_string()];
+        // A small deterministic generator: no clock, no randomness source needed.
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let mut current: Vec<DesiredRecord> = Vec::new();
+        let mut zone = Zone::build("ring.test", 0, &current, &nameservers, 5).unwrap();
+        for index in 1..400u64 {
+            let mut records: Vec<DesiredRecord> = current.clone();
+            for _ in 0..=next(3) {
+                let name = names[next(names.len())];
+                records.retain(|r| r.name != name);
+                for _ in 0..next(3) {
+                    records.push(record(name, values[next(values.len())].clone()));
+                }
+            }
+            records.sort_by(|a, b| a.name.cmp(&b.name));
+            let old = desired_by_name(&current);
+            let new = desired_by_name(&records);
+            let mut changes: BTreeMap<String, Vec<RecordValue>> = new
+                .iter()
+                .filter(|(n, v)| old.get(*n) != Some(v))
+                .map(|(n, v)| (n.clone(), v.clone()))
+                .collect();
+            for n in old.keys().filter(|n| !new.contains_key(*n)) {
+                changes.insert(n.clone(), Vec::new());
+            }
+            zone = zone.with_changes(index, &changes).unwrap();
+            let fresh = Zone::build("ring.test", index, &records, &nameservers, 5).unwrap();
+            assert_eq!(zone, fresh, "after change {index}: {records:?}");
+            current = records;
+        }
     }
 }

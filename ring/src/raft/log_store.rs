@@ -1,19 +1,37 @@
 //! The Raft log, vote and committed index, stored in redb.
 //!
-//! Durability contract (openraft relies on it, and so do clients): `append` reports an entry as
-//! flushed only after the redb transaction that wrote it has committed with
-//! `Durability::Immediate`, i.e. after fsync; `save_vote` returns only after the vote is fsynced.
-//! The committed index is written without its own fsync: it is an optimisation for restart (how
-//! far to re-apply) and is made durable by the next durable commit.
+//! Durability contract (openraft relies on it, and so do clients): `append` reports entries as
+//! flushed (its callback) only after a redb transaction with `Durability::Immediate`, i.e. an
+//! fsync, has committed them; `save_vote`, `truncate_after` and `purge` return only after their
+//! change is fsynced. The committed index is not fsynced on its own: it is an optimisation for
+//! restart (how far to re-apply) and is written with the next fsynced transaction.
+//!
+//! How it is done, as openraft asks (`RaftLogStorage::append`: return once the entries are
+//! readable, report them flushed later). openraft runs every storage call inline in its core,
+//! so a call that waits for the disk holds up the whole member. Here no call of the core waits
+//! for an append's fsync:
+//!
+//! - `append` puts the entries into the in-memory **tail** (the newest entries, readable at
+//!   once, so replication to the followers starts while this member writes) and queues them
+//!   for the **flusher thread**;
+//! - the flusher takes everything queued (appends, and the rare truncations, purges and votes,
+//!   in order), writes it in **one** fsynced transaction together with the latest committed
+//!   index, and then reports each append flushed and wakes each waiting call: appends that
+//!   queued up during one fsync share the next one (group commit);
+//! - reads take entries from the tail, and from redb below it; the tail keeps every entry not
+//!   yet durable, and the newest [`TAIL_KEEP`] durable ones.
 
+use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable};
+use tokio::sync::oneshot;
 
 use super::codec::{decode, encode};
 use super::storage::{KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE, LOG, META, blocking, io as io_err};
@@ -21,17 +39,190 @@ use super::types::{Entry, LogId, TypeConfig, Vote};
 
 /// Most log entries returned by one read, so a lagging follower is caught up in bounded steps.
 const MAX_ENTRIES_PER_READ: usize = 4_096;
+/// Durable entries kept in memory for replication reads (a follower that is only a little
+/// behind is served without touching the disk).
+pub const TAIL_KEEP: usize = 1_024;
 
-/// The Raft log store. Cheap to clone: clones share the database.
+/// The Raft log store. Cheap to clone: clones share the database, the tail and the flusher.
 #[derive(Clone)]
 pub struct LogStore {
+    // Declared first: dropping the last clone stops the flusher (which finishes its work and
+    // writes the committed log id one last time) while this clone still keeps the database open.
+    flusher: Arc<Flusher>,
     db: Arc<Database>,
+    shared: Arc<Shared>,
+}
+
+/// What the store's clones and the flusher share.
+#[derive(Default)]
+struct Shared {
+    tail: Mutex<Tail>,
+    /// The committed log id openraft saved last, not necessarily written yet; `None` when
+    /// nothing was saved since the store was opened (redb holds the latest then).
+    committed: Mutex<Option<Option<LogId>>>,
+}
+
+impl Shared {
+    fn tail(&self) -> MutexGuard<'_, Tail> {
+        self.tail.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn committed(&self) -> Option<Option<LogId>> {
+        *self.committed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The newest part of the log, in memory.
+#[derive(Default)]
+struct Tail {
+    /// Contiguous entries from index `from` on, each with the number of the queued operation
+    /// that writes it. Every entry at or after `from` that exists is here; everything before
+    /// `from` is in redb (or purged).
+    entries: VecDeque<(u64, Entry)>,
+    from: u64,
+    /// Number of the last operation queued, and of the last one the flusher made durable.
+    queued: u64,
+    durable: u64,
+    /// Bumped by every truncation: a read that went to redb meanwhile starts again.
+    truncations: u64,
+}
+
+impl Tail {
+    fn last_index(&self) -> Option<u64> {
+        self.entries.back().map(|(_, e)| e.index())
+    }
+
+    /// Drops durable entries from the front while more than [`TAIL_KEEP`] are held.
+    fn trim(&mut self) {
+        while self.entries.len() > TAIL_KEEP
+            && self
+                .entries
+                .front()
+                .is_some_and(|(op, _)| *op <= self.durable)
+        {
+            if let Some((_, e)) = self.entries.pop_front() {
+                self.from = e.index() + 1;
+            }
+        }
+    }
+}
+
+/// Work for the flusher, in the order the core asked for it.
+enum Op {
+    Append {
+        entries: Vec<Entry>,
+        callback: IOFlushed<TypeConfig>,
+    },
+    Truncate {
+        from: u64,
+        done: oneshot::Sender<io::Result<()>>,
+    },
+    Purge {
+        log_id: LogId,
+        done: oneshot::Sender<io::Result<()>>,
+    },
+    Vote {
+        vote: Vote,
+        done: oneshot::Sender<io::Result<()>>,
+    },
+    /// Nothing to write: answered once everything queued before it is durable.
+    Barrier {
+        done: oneshot::Sender<io::Result<()>>,
+    },
+}
+
+/// The flusher thread and its queue.
+struct Flusher {
+    queue: Option<mpsc::Sender<(u64, Op)>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Flusher {
+    /// Closes the queue and waits for the thread to finish what it was given, so the database
+    /// is no longer in use once the last clone of the store is gone.
+    fn drop(&mut self) {
+        drop(self.queue.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn stopped() -> io::Error {
+    io::Error::other("storage: the log flusher stopped")
+}
+
+/// A copy of `e` (`io::Error` is not `Clone`).
+fn copy(e: &io::Error) -> io::Error {
+    io::Error::new(e.kind(), e.to_string())
 }
 
 impl LogStore {
-    /// A log store over an opened data directory (see [`super::storage::open`]).
-    pub fn new(db: Arc<Database>) -> Self {
-        Self { db }
+    /// A log store over an opened data directory (see [`super::storage::open`]). Starts the
+    /// flusher thread, which ends when the last clone of the store is dropped.
+    pub fn new(db: Arc<Database>) -> io::Result<Self> {
+        let next = {
+            let txn = db.begin_read().map_err(io_err)?;
+            let log = txn.open_table(LOG).map_err(io_err)?;
+            let last = log.last().map_err(io_err)?.map(|(k, _)| k.value());
+            let meta = txn.open_table(META).map_err(io_err)?;
+            let purged: Option<LogId> = match meta.get(KEY_LAST_PURGED).map_err(io_err)? {
+                Some(v) => Some(decode("last purged log id", v.value())?),
+                None => None,
+            };
+            last.or(purged.map(|p| p.index()))
+                .map_or(0, |i| i.saturating_add(1))
+        };
+        let shared = Arc::new(Shared {
+            tail: Mutex::new(Tail {
+                from: next,
+                ..Tail::default()
+            }),
+            ..Shared::default()
+        });
+        let (queue, receiver) = mpsc::channel();
+        let (weak, flusher_shared) = (Arc::downgrade(&db), shared.clone());
+        let thread = std::thread::Builder::new()
+            .name("ring-log-flush".into())
+            .spawn(move || run_flusher(&weak, &receiver, &flusher_shared))?;
+        Ok(Self {
+            flusher: Arc::new(Flusher {
+                queue: Some(queue),
+                thread: Some(thread),
+            }),
+            db,
+            shared,
+        })
+    }
+
+    /// Queues `op` (with `tail` held, so operations are numbered in queue order); its number.
+    fn queue(&self, tail: &mut Tail, op: Op) -> Result<u64, Op> {
+        let Some(queue) = &self.flusher.queue else {
+            return Err(op);
+        };
+        let number = tail.queued + 1;
+        match queue.send((number, op)) {
+            Ok(()) => {
+                tail.queued = number;
+                Ok(number)
+            }
+            Err(mpsc::SendError((_, op))) => Err(op),
+        }
+    }
+
+    /// Queues the operation `make` builds around a completion, and waits until it is durable.
+    async fn queue_and_wait(
+        &self,
+        change_tail: impl FnOnce(&mut Tail),
+        make: impl FnOnce(oneshot::Sender<io::Result<()>>) -> Op,
+    ) -> io::Result<()> {
+        let (done, finished) = oneshot::channel();
+        {
+            let mut tail = self.shared.tail();
+            change_tail(&mut tail);
+            self.queue(&mut tail, make(done)).map_err(|_| stopped())?;
+        }
+        finished.await.map_err(|_| stopped())?
     }
 
     async fn read_meta<T: serde::de::DeserializeOwned + Send + 'static>(
@@ -49,62 +240,57 @@ impl LogStore {
         .await
     }
 
-    async fn write<F>(&self, durability: Durability, f: F) -> io::Result<()>
-    where
-        F: FnOnce(&redb::WriteTransaction) -> io::Result<()> + Send + 'static,
-    {
-        blocking(&self.db, move |db| {
-            let mut txn = db.begin_write().map_err(io_err)?;
-            txn.set_durability(durability).map_err(io_err)?;
-            f(&txn)?;
-            txn.commit().map_err(io_err)
-        })
-        .await
-    }
-}
-
-fn key_name(key: &'static str) -> &'static str {
-    match key {
-        KEY_VOTE => "vote",
-        KEY_COMMITTED => "committed log id",
-        KEY_LAST_PURGED => "last purged log id",
-        _ => "metadata",
-    }
-}
-
-impl LogStore {
     /// Reads entries `[start, end)` (to the end of the log when `end` is `None`), at most
-    /// `limit` of them. A gap inside the range is corruption and an error.
+    /// `limit` of them: from the tail, and from redb below it. A gap inside the range is
+    /// corruption and an error.
     async fn read_range(
         &self,
         start: u64,
         end: Option<u64>,
         limit: usize,
     ) -> io::Result<Vec<Entry>> {
+        let end = end.unwrap_or(u64::MAX);
+        if end <= start || limit == 0 {
+            return Ok(Vec::new());
+        }
+        loop {
+            let (from, truncations, from_tail) = {
+                let tail = self.shared.tail();
+                let from_tail: Vec<Entry> = tail
+                    .entries
+                    .iter()
+                    .map(|(_, e)| e)
+                    .filter(|e| e.index() >= start && e.index() < end)
+                    .take(limit)
+                    .cloned()
+                    .collect();
+                (tail.from, tail.truncations, from_tail)
+            };
+            if start >= from {
+                return Ok(from_tail);
+            }
+            let mut entries = self.read_durable(start, end.min(from), limit).await?;
+            if self.shared.tail().truncations != truncations {
+                // The log was cut meanwhile: what redb gave may be gone already.
+                continue;
+            }
+            let room = limit - entries.len();
+            if entries.last().map(|e| e.index() + 1) == Some(from) || entries.is_empty() {
+                entries.extend(from_tail.into_iter().take(room));
+            }
+            check_contiguous(&entries)?;
+            return Ok(entries);
+        }
+    }
+
+    /// Reads entries `[start, end)` from redb, at most `limit`.
+    async fn read_durable(&self, start: u64, end: u64, limit: usize) -> io::Result<Vec<Entry>> {
         blocking(&self.db, move |db| {
             let txn = db.begin_read().map_err(io_err)?;
             let log = txn.open_table(LOG).map_err(io_err)?;
-            let iter = match end {
-                Some(end) if end <= start => return Ok(Vec::new()),
-                Some(end) => log.range(start..end),
-                None => log.range(start..),
-            }
-            .map_err(io_err)?;
             let mut entries: Vec<Entry> = Vec::new();
-            for item in iter.take(limit) {
+            for item in log.range(start..end).map_err(io_err)?.take(limit) {
                 let (k, v) = item.map_err(io_err)?;
-                if let Some(prev) = entries.last()
-                    && k.value() != prev.index() + 1
-                {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!(
-                            "raft log has a hole: entry {} follows {}",
-                            k.value(),
-                            prev.index()
-                        ),
-                    ));
-                }
                 let entry: Entry = decode("log entry", v.value())?;
                 if entry.index() != k.value() {
                     return Err(io::Error::new(
@@ -118,9 +304,36 @@ impl LogStore {
                 }
                 entries.push(entry);
             }
+            check_contiguous(&entries)?;
             Ok(entries)
         })
         .await
+    }
+}
+
+/// Fails when `entries` are not consecutive.
+fn check_contiguous(entries: &[Entry]) -> io::Result<()> {
+    for pair in entries.windows(2) {
+        if pair[1].index() != pair[0].index() + 1 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "raft log has a hole: entry {} follows {}",
+                    pair[1].index(),
+                    pair[0].index()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn key_name(key: &'static str) -> &'static str {
+    match key {
+        KEY_VOTE => "vote",
+        KEY_COMMITTED => "committed log id",
+        KEY_LAST_PURGED => "last purged log id",
+        _ => "metadata",
     }
 }
 
@@ -161,6 +374,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> io::Result<LogState<TypeConfig>> {
+        // Everything queued durable first: redb then holds the whole log.
+        self.queue_and_wait(|_| {}, |done| Op::Barrier { done })
+            .await?;
         let last_purged: Option<LogId> = self.read_meta(KEY_LAST_PURGED).await?;
         let last_entry = blocking(&self.db, |db| {
             let txn = db.begin_read().map_err(io_err)?;
@@ -182,31 +398,29 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> io::Result<()> {
-        let bytes = encode("vote", vote)?;
-        self.write(Durability::Immediate, move |txn| {
-            let mut meta = txn.open_table(META).map_err(io_err)?;
-            meta.insert(KEY_VOTE, bytes.as_slice()).map_err(io_err)?;
-            Ok(())
-        })
-        .await
+        let vote = *vote;
+        self.queue_and_wait(|_| {}, |done| Op::Vote { vote, done })
+            .await
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> io::Result<()> {
-        let bytes = encode("committed log id", &committed)?;
-        self.write(Durability::None, move |txn| {
-            let mut meta = txn.open_table(META).map_err(io_err)?;
-            meta.insert(KEY_COMMITTED, bytes.as_slice())
-                .map_err(io_err)?;
-            Ok(())
-        })
-        .await
+        // Written by the flusher's next transaction.
+        *self
+            .shared
+            .committed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(committed);
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
-        Ok(self
-            .read_meta::<Option<LogId>>(KEY_COMMITTED)
-            .await?
-            .flatten())
+        match self.shared.committed() {
+            Some(committed) => Ok(committed),
+            None => Ok(self
+                .read_meta::<Option<LogId>>(KEY_COMMITTED)
+                .await?
+                .flatten()),
+        }
     }
 
     async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> io::Result<()>
@@ -214,58 +428,347 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
-        let mut encoded = Vec::new();
-        for entry in entries {
-            encoded.push((entry.index(), encode("log entry", &entry)?));
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let Some(first) = entries.first().map(RaftEntry::index) else {
+            callback.io_completed(Ok(()));
+            return Ok(());
+        };
+        for (i, entry) in entries.iter().enumerate() {
+            assert_eq!(
+                entry.index(),
+                first + i as u64,
+                "log entries must be appended contiguously"
+            );
         }
-        let result = self
-            .write(Durability::Immediate, move |txn| {
-                let mut log = txn.open_table(LOG).map_err(io_err)?;
-                let mut previous: Option<u64> = None;
-                for (index, bytes) in &encoded {
-                    if let Some(p) = previous {
-                        assert_eq!(*index, p + 1, "log entries must be appended contiguously");
-                    }
-                    previous = Some(*index);
-                    log.insert(*index, bytes.as_slice()).map_err(io_err)?;
-                }
-                Ok(())
-            })
-            .await;
-        // Report the outcome to openraft only once it is durable (or failed).
-        match result {
-            Ok(()) => {
-                callback.io_completed(Ok(()));
-                Ok(())
+        let mut tail = self.shared.tail();
+        match tail.last_index() {
+            Some(last) if first > last + 1 => {
+                let e = io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "appending entry {first} after entry {last} would leave a hole in the log"
+                    ),
+                );
+                callback.io_completed(Err(copy(&e)));
+                return Err(e);
             }
-            Err(e) => {
-                callback.io_completed(Err(io::Error::new(e.kind(), e.to_string())));
-                Err(e)
+            Some(_) => {}
+            // Nothing in memory: the log may start anywhere (a new log, after a snapshot).
+            None => tail.from = tail.from.max(first),
+        }
+        // Entries at these indexes are replaced (as redb's insert replaces them).
+        while tail.last_index().is_some_and(|i| i >= first) {
+            tail.entries.pop_back();
+        }
+        tail.from = tail.from.min(first);
+        let count = entries.len();
+        let number = tail.queued + 1;
+        tail.entries
+            .extend(entries.iter().map(|e| (number, e.clone())));
+        // Readable now; reported to openraft once the flusher made it durable.
+        match self.queue(&mut tail, Op::Append { entries, callback }) {
+            Ok(_) => Ok(()),
+            Err(op) => {
+                let keep = tail.entries.len() - count;
+                tail.entries.truncate(keep);
+                if let Op::Append { callback, .. } = op {
+                    callback.io_completed(Err(stopped()));
+                }
+                Err(stopped())
             }
         }
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> io::Result<()> {
         let from = last_log_id.map(|id| id.index() + 1).unwrap_or(0);
-        self.write(Durability::Immediate, move |txn| {
-            let mut log = txn.open_table(LOG).map_err(io_err)?;
-            log.retain_in(from.., |_, _| false).map_err(io_err)?;
-            Ok(())
-        })
+        self.queue_and_wait(
+            |tail| {
+                while tail.last_index().is_some_and(|i| i >= from) {
+                    tail.entries.pop_back();
+                }
+                tail.from = tail.from.min(from);
+                tail.truncations += 1;
+            },
+            |done| Op::Truncate { from, done },
+        )
         .await
     }
 
     async fn purge(&mut self, log_id: LogId) -> io::Result<()> {
-        let bytes = encode("last purged log id", &log_id)?;
         let upto = log_id.index();
-        self.write(Durability::Immediate, move |txn| {
-            let mut meta = txn.open_table(META).map_err(io_err)?;
-            meta.insert(KEY_LAST_PURGED, bytes.as_slice())
-                .map_err(io_err)?;
-            let mut log = txn.open_table(LOG).map_err(io_err)?;
-            log.retain_in(..=upto, |_, _| false).map_err(io_err)?;
-            Ok(())
-        })
+        self.queue_and_wait(
+            |tail| {
+                while tail.entries.front().is_some_and(|(_, e)| e.index() <= upto) {
+                    tail.entries.pop_front();
+                }
+                tail.from = tail.from.max(upto + 1);
+            },
+            |done| Op::Purge { log_id, done },
+        )
         .await
+    }
+}
+
+/// The flusher thread: takes everything queued, writes it in one fsynced transaction (with the
+/// latest committed log id), then reports it, in order. When the queue closes (the last clone
+/// of the store was dropped) it writes a committed log id saved since its last transaction,
+/// and ends. It holds the database only while it writes.
+fn run_flusher(db: &Weak<Database>, queue: &mpsc::Receiver<(u64, Op)>, shared: &Shared) {
+    let mut written = None;
+    while let Ok(first) = queue.recv() {
+        // The committed log id first, the rest of the queue after: every entry it covers was
+        // queued before openraft saved it, so it is in this batch or an earlier one.
+        let committed = shared.committed();
+        let mut batch = vec![first];
+        batch.extend(queue.try_iter());
+        let last = batch.last().map_or(0, |(n, _)| *n);
+        let result = write_batch(db, &batch, committed, &mut written);
+        if result.is_ok() {
+            let mut tail = shared.tail();
+            tail.durable = last;
+            tail.trim();
+        }
+        for (_, op) in batch {
+            let outcome = match &result {
+                Ok(()) => Ok(()),
+                Err(e) => Err(copy(e)),
+            };
+            match op {
+                Op::Append { callback, .. } => callback.io_completed(outcome),
+                Op::Truncate { done, .. }
+                | Op::Purge { done, .. }
+                | Op::Vote { done, .. }
+                | Op::Barrier { done } => {
+                    let _ = done.send(outcome);
+                }
+            }
+        }
+    }
+    let last = shared.committed();
+    if last.is_some()
+        && last != written
+        && let Err(e) = write_batch(db, &[], last, &mut written)
+    {
+        tracing::debug!("the committed log id was not saved at shutdown: {e}");
+    }
+}
+
+/// One fsynced transaction with `batch`, in order, and `committed` (the committed log id
+/// openraft saved, if any); `written` remembers the committed log id written.
+fn write_batch(
+    db: &Weak<Database>,
+    batch: &[(u64, Op)],
+    committed: Option<Option<LogId>>,
+    written: &mut Option<Option<LogId>>,
+) -> io::Result<()> {
+    let db = db
+        .upgrade()
+        .ok_or_else(|| io::Error::other("storage: the database is closed"))?;
+    let mut txn = db.begin_write().map_err(io_err)?;
+    txn.set_durability(Durability::Immediate).map_err(io_err)?;
+    {
+        let mut log = txn.open_table(LOG).map_err(io_err)?;
+        let mut meta = txn.open_table(META).map_err(io_err)?;
+        for (_, op) in batch {
+            match op {
+                Op::Append { entries, .. } => {
+                    for entry in entries {
+                        let bytes = encode("log entry", entry)?;
+                        log.insert(entry.index(), bytes.as_slice())
+                            .map_err(io_err)?;
+                    }
+                }
+                Op::Truncate { from, .. } => {
+                    log.retain_in(*from.., |_, _| false).map_err(io_err)?;
+                }
+                Op::Purge { log_id, .. } => {
+                    let bytes = encode("last purged log id", log_id)?;
+                    meta.insert(KEY_LAST_PURGED, bytes.as_slice())
+                        .map_err(io_err)?;
+                    log.retain_in(..=log_id.index(), |_, _| false)
+                        .map_err(io_err)?;
+                }
+                Op::Vote { vote, .. } => {
+                    let bytes = encode("vote", vote)?;
+                    meta.insert(KEY_VOTE, bytes.as_slice()).map_err(io_err)?;
+                }
+                Op::Barrier { .. } => {}
+            }
+        }
+        if let Some(value) = committed {
+            let bytes = encode("committed log id", &value)?;
+            meta.insert(KEY_COMMITTED, bytes.as_slice())
+                .map_err(io_err)?;
+        }
+    }
+    txn.commit().map_err(io_err)?;
+    *written = committed;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raft::storage;
+    use crate::raft::types::log_id;
+    use openraft::EntryPayload;
+    use openraft::type_config::TypeConfigExt;
+
+    fn entry(term: u64, index: u64) -> Entry {
+        Entry {
+            log_id: log_id(term, 1, index),
+            payload: EntryPayload::Blank,
+        }
+    }
+
+    fn entries(term: u64, range: std::ops::Range<u64>) -> Vec<Entry> {
+        range.map(|i| entry(term, i)).collect()
+    }
+
+    /// Appends and returns a receiver that sees the append flushed.
+    async fn append(
+        store: &mut LogStore,
+        new: Vec<Entry>,
+    ) -> oneshot::Receiver<Result<(), io::Error>> {
+        let (tx, rx) = TypeConfig::oneshot();
+        store.append(new, IOFlushed::signal(tx)).await.unwrap();
+        rx
+    }
+
+    async fn indexes(store: &mut LogStore, range: std::ops::Range<u64>) -> Vec<(u64, u64)> {
+        store
+            .try_get_log_entries(range)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| (e.log_id.leader_id.term, e.index()))
+            .collect()
+    }
+
+    fn expect(term: u64, range: std::ops::Range<u64>) -> Vec<(u64, u64)> {
+        range.map(|i| (term, i)).collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn appends_are_readable_at_once_durable_when_reported_and_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = storage::open(dir.path(), 1).unwrap();
+            let mut store = LogStore::new(db).unwrap();
+            let flushed = append(&mut store, entries(1, 1..4)).await;
+            assert_eq!(indexes(&mut store, 0..10).await, expect(1, 1..4));
+            flushed.await.unwrap().unwrap();
+            // Many appends at once share fsyncs and all get reported, in order.
+            let mut waiting = Vec::new();
+            for i in 4..40 {
+                waiting.push(append(&mut store, vec![entry(1, i)]).await);
+            }
+            for rx in waiting {
+                rx.await.unwrap().unwrap();
+            }
+            store.save_committed(Some(log_id(1, 1, 39))).await.unwrap();
+            assert_eq!(
+                store.read_committed().await.unwrap(),
+                Some(log_id(1, 1, 39))
+            );
+        }
+        let db = storage::open(dir.path(), 1).unwrap();
+        let mut store = LogStore::new(db).unwrap();
+        assert_eq!(indexes(&mut store, 0..100).await, expect(1, 1..40));
+        // Written when the last clone of the store was dropped.
+        assert_eq!(
+            store.read_committed().await.unwrap(),
+            Some(log_id(1, 1, 39))
+        );
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(state.last_log_id, Some(log_id(1, 1, 39)));
+        // Appends continue where the log ends.
+        append(&mut store, vec![entry(2, 40)])
+            .await
+            .await
+            .unwrap()
+            .unwrap();
+        let (tx, _rx) = TypeConfig::oneshot();
+        let hole = store
+            .append(vec![entry(2, 42)], IOFlushed::signal(tx))
+            .await;
+        assert!(hole.is_err(), "a hole is refused");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reads_span_redb_and_the_tail_and_truncation_and_purge_apply_to_both() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = storage::open(dir.path(), 1).unwrap();
+        let mut store = LogStore::new(db.clone()).unwrap();
+        let total = TAIL_KEEP as u64 + 500;
+        let mut last = None;
+        for chunk in (1..=total).collect::<Vec<_>>().chunks(100) {
+            last = Some(append(&mut store, entries(1, chunk[0]..chunk[chunk.len() - 1] + 1)).await);
+        }
+        last.unwrap().await.unwrap().unwrap();
+        // One more append so that the flusher trims after the durable ones.
+        append(&mut store, vec![entry(1, total + 1)])
+            .await
+            .await
+            .unwrap()
+            .unwrap();
+        let from = store.shared.tail().from;
+        assert!(from > 1, "old durable entries left the tail");
+        assert_eq!(
+            indexes(&mut store, 1..total + 2).await,
+            expect(1, 1..total + 2)
+        );
+        assert_eq!(
+            indexes(&mut store, from - 3..from + 3).await,
+            expect(1, from - 3..from + 3)
+        );
+        let limited = store.limited_get_log_entries(1, total + 2).await.unwrap();
+        assert_eq!(limited.len(), (total + 1) as usize);
+
+        // A new leader's entries replace the end of the log: queued, not yet flushed, then cut.
+        let end = total + 2;
+        let _unflushed = append(&mut store, entries(1, end..end + 5)).await;
+        store
+            .truncate_after(Some(log_id(1, 1, end + 1)))
+            .await
+            .unwrap();
+        append(&mut store, entries(2, end + 2..end + 4))
+            .await
+            .await
+            .unwrap()
+            .unwrap();
+        let mut want = expect(1, end - 2..end + 2);
+        want.extend(expect(2, end + 2..end + 4));
+        assert_eq!(indexes(&mut store, end - 2..end + 10).await, want);
+
+        // Purged entries are gone from both.
+        store.purge(log_id(1, 1, 10)).await.unwrap();
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id, Some(log_id(1, 1, 10)));
+        assert_eq!(state.last_log_id, Some(log_id(2, 1, end + 3)));
+        assert_eq!(indexes(&mut store, 0..13).await, expect(1, 11..13));
+
+        // The same after a reopen.
+        drop(store);
+        drop(db);
+        let db = storage::open(dir.path(), 1).unwrap();
+        let mut store = LogStore::new(db).unwrap();
+        assert_eq!(indexes(&mut store, end - 2..end + 10).await, want);
+        assert_eq!(indexes(&mut store, 0..13).await, expect(1, 11..13));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_vote_is_durable_when_saved() {
+        let dir = tempfile::tempdir().unwrap();
+        let vote = Vote::new(3, 2);
+        {
+            let db = storage::open(dir.path(), 1).unwrap();
+            let mut store = LogStore::new(db).unwrap();
+            store.save_vote(&vote).await.unwrap();
+            assert_eq!(store.read_vote().await.unwrap(), Some(vote));
+        }
+        let db = storage::open(dir.path(), 1).unwrap();
+        let mut store = LogStore::new(db).unwrap();
+        assert_eq!(store.read_vote().await.unwrap(), Some(vote));
     }
 }

@@ -10,10 +10,13 @@
 //! - [`network`]: the client side of the peer protocol (one cached gRPC channel per peer).
 //! - [`service`]: the server side of the peer protocol.
 //! - [`storage`]: opening the data directory (one redb file) and its identity checks.
+//! - [`offline`]: reading and rewriting a data directory while no `ringd` runs on it (disaster
+//!   recovery and snapshot restore).
 
 pub mod codec;
 pub mod log_store;
 pub mod network;
+pub mod offline;
 pub mod service;
 pub mod state_machine;
 pub mod storage;

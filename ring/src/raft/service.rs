@@ -92,7 +92,9 @@ pub type PeerServer = tonic::service::interceptor::InterceptedService<
     fn(Request<()>) -> Result<Request<()>, Status>,
 >;
 
-fn admit_members(request: Request<()>) -> Result<Request<()>, Status> {
+/// The peer server's interceptor: member certificates only (any client without TLS). The
+/// health service on the peer port sits behind it too.
+pub fn admit_members(request: Request<()>) -> Result<Request<()>, Status> {
     crate::tls::server::admit(&request, &[Role::Member], "peer")?;
     Ok(request)
 }

@@ -26,6 +26,12 @@ pub(crate) const KEY_LAST_PURGED: &str = "last_purged";
 pub(crate) const KEY_SNAPSHOT_META: &str = "snapshot_meta";
 pub(crate) const KEY_SNAPSHOT_DATA: &str = "snapshot_data";
 
+/// redb's page cache (reads and the write buffer). redb's default is 1 GiB, which it fills
+/// with every log page it ever wrote or read; ringd keeps its state in memory and reads the
+/// log back only to replicate and re-apply it, so a few MiB serve as well and keep ringd's
+/// memory flat as the log grows.
+pub const REDB_CACHE_BYTES: usize = 8 * 1024 * 1024;
+
 /// Name of the database file inside the data directory.
 pub const DB_FILE: &str = "ring.redb";
 
@@ -41,6 +47,9 @@ pub enum OpenError {
         #[source]
         source: std::io::Error,
     },
+    /// There is no ring in the directory (offline tools need one).
+    #[error("no ring in data directory {0}: it has no {DB_FILE}")]
+    NoRing(PathBuf),
     /// Another process has the database open.
     #[error("data directory {0} is in use by another process (is another ringd running with it?)")]
     InUse(PathBuf),
@@ -91,7 +100,10 @@ pub fn open(dir: &Path, id: NodeId) -> Result<Arc<Database>, OpenError> {
         path: path.clone(),
         message: e.to_string(),
     };
-    let db = match Database::create(&path) {
+    let db = match redb::Builder::new()
+        .set_cache_size(REDB_CACHE_BYTES)
+        .create(&path)
+    {
         Ok(db) => db,
         Err(redb::DatabaseError::DatabaseAlreadyOpen) => return Err(OpenError::InUse(dir.into())),
         Err(e) => return Err(db_err(&e)),

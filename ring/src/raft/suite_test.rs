@@ -16,7 +16,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> fo
         let sm = StateMachineStore::open(db.clone())
             .await
             .expect("open state machine");
-        Ok((dir, LogStore::new(db), sm))
+        Ok((dir, LogStore::new(db).expect("start the log store"), sm))
     }
 }
 

@@ -92,6 +92,17 @@ pub type Vote = openraft::alias::VoteOf<TypeConfig>;
 pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
 /// openraft's stored membership.
 pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
+/// The log id of entry `index` proposed by leader `node` in `term`.
+pub fn log_id(term: u64, node: NodeId, index: u64) -> LogId {
+    LogId::new(
+        openraft::impls::leader_id_adv::LeaderId {
+            term,
+            node_id: node,
+        },
+        index,
+    )
+}
+
 /// openraft's metrics of a node of this ring.
 pub type RaftMetricsOf = openraft::RaftMetrics<TypeConfig>;
 

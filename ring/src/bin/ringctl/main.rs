@@ -1,6 +1,7 @@
 //! `ringctl`: the operator's command line for a garden-ring.
 
 mod output;
+mod snapshot;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -16,13 +17,19 @@ use garden_ring::tls::{Identity, Role, Security};
 use serde::Serialize;
 
 /// Operate a garden-ring: inspect it, add and remove members and control planes, read its
-/// history, move its leadership, or start a local demo ring.
+/// history, move its leadership, back up and restore its own state, or start a local demo
+/// ring.
 ///
 /// Commands talk to the Admin API of any member over mutual TLS; writes are forwarded to the
 /// leader. Where the ring is and which certificate to present come from a client config file
 /// (--config or RINGCTL_CONFIG, like a kubeconfig; `ringctl demo` writes one), and flags
 /// override it. Make certificates with `ringctl certs init`. Every read command takes
 /// --output json for scripts. On error ringctl prints one line to stderr and exits non-zero.
+///
+/// Disaster recovery: `ringctl snapshot save FILE` backs up the ring's state; when the whole
+/// ring is lost, `ringctl snapshot restore FILE --ringd-config RINGD.toml` makes a new data
+/// directory for a one-member ring from it. When a majority is lost but one member's data
+/// survives, use `ringd recover` on that member instead.
 #[derive(Debug, Parser)]
 #[command(name = "ringctl", version, about, long_about)]
 struct Cli {
@@ -117,6 +124,10 @@ enum Cmd {
     /// Make a CA and certificates for a ring (offline; no ring needed).
     #[command(subcommand)]
     Certs(CertsCmd),
+    /// Back up and restore the ring's own state: members, control planes with their hosts and
+    /// epochs, settings and history.
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCmd),
 }
 
 #[derive(Debug, Subcommand)]
@@ -300,6 +311,17 @@ enum CpCmd {
         /// before spreading by load.
         #[arg(long, value_delimiter = ',')]
         prefer: Vec<String>,
+        /// Why (recorded in history).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Set a control plane's labels (replacing its old ones; none removes them): notes for
+    /// operators (owner, tier); nothing in the ring acts on them.
+    Label {
+        /// Control plane name.
+        name: String,
+        /// KEY=VALUE pairs.
+        labels: Vec<String>,
         /// Why (recorded in history).
         #[arg(long, default_value = "")]
         reason: String,
@@ -516,21 +538,7 @@ fn certs(cmd: CertsCmd, out: Output) -> Result<(), Failure> {
 }
 
 fn actor() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .ok()
-        .or_else(|| {
-            nix::unistd::User::from_uid(nix::unistd::getuid())
-                .ok()
-                .flatten()
-                .map(|u| u.name)
-        })
-        .unwrap_or_else(|| format!("uid{}", nix::unistd::getuid()));
-    let host = nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_else(|| "unknown".into());
-    format!("ringctl:{user}@{host}")
+    garden_ring::recovery::local_actor("ringctl")
 }
 
 /// A failure to report: one line, non-zero exit.
@@ -540,6 +548,18 @@ impl From<ClientError> for Failure {
     fn from(e: ClientError) -> Self {
         Failure(e.to_string())
     }
+}
+
+/// `KEY=VALUE` arguments as a map (the ring checks the keys and values).
+fn label_map(labels: &[String]) -> Result<BTreeMap<String, String>, Failure> {
+    let mut map = BTreeMap::new();
+    for l in labels {
+        let (k, v) = l
+            .split_once('=')
+            .ok_or_else(|| Failure(format!("label {l:?} must be KEY=VALUE, like tier=gold")))?;
+        map.insert(k.to_string(), v.to_string());
+    }
+    Ok(map)
 }
 
 fn print<T: Serialize>(output: Output, value: &T, table: impl FnOnce(&T) -> String) {
@@ -611,13 +631,24 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Cmd::Demo(args) => return demo(args, cli.output, cli.insecure).await,
         Cmd::Certs(cmd) => return certs(cmd, cli.output),
+        Cmd::Snapshot(snapshot::SnapshotCmd::Restore(args)) => {
+            return snapshot::restore(args, cli.output);
+        }
         _ => {}
     }
     let (endpoints, security) = connection(&cli)?;
-    let client = AdminClient::new(endpoints, security, actor())?
-        .with_request_timeout(Duration::from_secs(cli.timeout.max(1)));
+    let timeout = Duration::from_secs(cli.timeout.max(1));
+    let client =
+        AdminClient::new(endpoints, security.clone(), actor())?.with_request_timeout(timeout);
     let out = cli.output;
     match cli.command {
+        Cmd::Snapshot(snapshot::SnapshotCmd::Save { file }) => {
+            let leader = |address: String| {
+                AdminClient::new(vec![address], security.clone(), actor())
+                    .map(|c| c.with_request_timeout(timeout))
+            };
+            snapshot::save(&client, leader, &file, out).await?;
+        }
         Cmd::Status => {
             let s = rpc!(client, status, pb::StatusRequest {})?;
             // The DNS summary comes from the leader; a ring without one still has a status.
@@ -783,6 +814,25 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 None => format!("control plane added (index {})", r.index),
             });
         }
+        Cmd::ControlPlane(CpCmd::Label {
+            name,
+            labels,
+            reason,
+        }) => {
+            let map = label_map(&labels)?;
+            let r = rpc!(
+                client,
+                control_plane_label,
+                pb::ControlPlaneLabelRequest {
+                    name: name.clone(),
+                    labels: map,
+                    reason
+                }
+            )?;
+            print(out, &r, |r| {
+                format!("control plane {name} labelled (index {})", r.index)
+            });
+        }
         Cmd::ControlPlane(CpCmd::Remove { name, reason }) => {
             let r = rpc!(
                 client,
@@ -853,13 +903,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             ref labels,
             ref reason,
         }) => {
-            let mut map = BTreeMap::new();
-            for l in labels {
-                let (k, v) = l.split_once('=').ok_or_else(|| {
-                    Failure(format!("label {l:?} must be KEY=VALUE, like tier=gold"))
-                })?;
-                map.insert(k.to_string(), v.to_string());
-            }
+            let map = label_map(labels)?;
             let r = rpc!(
                 client,
                 member_label,
@@ -916,7 +960,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 format!("automatic actions resumed (index {})", r.index)
             });
         }
-        Cmd::Demo(_) | Cmd::Certs(_) => unreachable!("handled above"),
+        Cmd::Demo(_) | Cmd::Certs(_) | Cmd::Snapshot(snapshot::SnapshotCmd::Restore(_)) => {
+            unreachable!("handled above")
+        }
     }
     Ok(())
 }

@@ -116,6 +116,10 @@ pub fn control_plane(cp: &pb::ControlPlane) -> String {
         let mark = if *member == cp.host { "  <- host" } else { "" };
         out.push_str(&format!("\n  {member}: {endpoint}{mark}"));
     }
+    if !cp.labels.is_empty() {
+        let labels: Vec<String> = cp.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        out.push_str(&format!("\nlabels:   {}", labels.join(",")));
+    }
     if !cp.backups.is_empty() {
         out.push_str("\nbackups on:");
         for (member, url) in &cp.backups {

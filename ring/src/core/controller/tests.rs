@@ -468,3 +468,160 @@ fn a_move_records_its_migration_from_fencing_to_done() {
         "{err}"
     );
 }
+
+#[test]
+fn after_a_recovery_a_removed_hosts_control_plane_waits_a_full_lease_then_moves() {
+    let mut ring = Ring::new();
+    ring.add("x", Some("d"), "b");
+    ring.add("y", Some("b"), "a");
+    let mut obs = Observations::default();
+    obs.serving.insert(("x".into(), 1, "b".into()));
+    obs.serving.insert(("y".into(), 1, "a".into()));
+    ring.run(&mut obs);
+    assert_eq!(ring.cp("x").phase, Phase::Running);
+
+    // The ring restarts from a's data; b, c and d are gone.
+    ring.index += 1;
+    ring.state
+        .recover(
+            ring.index,
+            &Proposal {
+                command: Command::Recover {
+                    survivor: spec(1, "a", "za"),
+                    removed: vec![2, 3, 4],
+                    source: "test".into(),
+                },
+                at_ms: 2_000_000,
+                actor: "test".into(),
+                reason: String::new(),
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        (ring.cp("x").phase, ring.cp("x").epoch),
+        (Phase::Unplaced, 2)
+    );
+
+    // The recovered ring's leader starts watching at its own time; nothing moves before
+    // lease + fence + margin, although a could host x.
+    let mut obs = Observations {
+        now_ms: 50_000,
+        unix_ms: 10_000_000,
+        ..Observations::default()
+    };
+    assert!(ring.run(&mut obs).is_empty());
+    obs.now_ms += policy().fence_wait_ms() - 1;
+    assert!(ring.run(&mut obs).is_empty(), "released too early");
+    assert!(ring.cp("x").fencing.contains("b"));
+
+    obs.now_ms += 1;
+    let d = ring.run(&mut obs);
+    assert!(
+        matches!(&d[..], [Decision { command: Command::ReleaseFence { member, epoch: 2, .. }, .. }] if member == "b"),
+        "{d:?}"
+    );
+    // Then placed, and it may start at once: nobody fences it any more.
+    let d = ring.run(&mut obs);
+    assert_eq!(d.len(), 1, "{d:?}");
+    let x = ring.cp("x");
+    assert_eq!(
+        (x.host.as_deref(), x.phase, x.epoch),
+        (Some("a"), Phase::Starting, 3)
+    );
+    // y never moved.
+    assert_eq!(
+        (ring.cp("y").host.as_deref(), ring.cp("y").epoch),
+        (Some("a"), 1)
+    );
+}
+
+#[test]
+fn an_unplaced_control_plane_with_a_live_former_host_is_placed_once_released() {
+    let mut ring = Ring::new();
+    ring.add("x", None, "a");
+    // Unplaced by hand while a runs it: a fences it.
+    ring.apply(Command::MoveControlPlane {
+        name: "x".into(),
+        to: None,
+        epoch: 2,
+        kind: MoveKind::Failover,
+        note: "test".into(),
+    })
+    .unwrap();
+    assert_eq!(ring.cp("x").fencing, BTreeSet::from(["a".to_string()]));
+    let mut obs = Observations {
+        unix_ms: 10_000_000,
+        ..Observations::default()
+    };
+    assert!(
+        ring.run(&mut obs).is_empty(),
+        "not placed while a fences it"
+    );
+    // a renews without it: released, then placed.
+    obs.released.insert(("x".into(), 2, "a".into()));
+    let d = ring.run(&mut obs);
+    assert!(
+        matches!(d[0].command, Command::ReleaseFence { .. }),
+        "{d:?}"
+    );
+    ring.run(&mut obs);
+    assert_eq!(ring.cp("x").phase, Phase::Starting);
+}
+
+#[test]
+fn a_batch_of_failovers_spreads_over_the_survivors_and_respects_capacity() {
+    // Twelve control planes on b; b is lost. One round decides all twelve moves against the
+    // same state: each placement must see the ones decided before it.
+    let hosts_after = |capacity: usize| {
+        let mut ring = Ring::new();
+        for i in 0..12 {
+            ring.add(&format!("x{i:02}"), None, "b");
+        }
+        let mut obs = Observations::default();
+        for i in 0..12 {
+            obs.serving.insert((format!("x{i:02}"), 1, "b".into()));
+        }
+        ring.run(&mut obs);
+        ring.lose(2);
+        obs.unix_ms = 10_000_000;
+        obs.observe(&ring.state);
+        let policy = Policy {
+            capacity,
+            ..policy()
+        };
+        let decisions = decide(&ring.state, &obs, &policy);
+        assert_eq!(decisions.len(), 12, "{decisions:?}");
+        let mut hosts: BTreeMap<String, usize> = BTreeMap::new();
+        for d in &decisions {
+            let Command::MoveControlPlane { to, note, .. } = &d.command else {
+                panic!("not a move: {d:?}");
+            };
+            match to {
+                Some(to) => *hosts.entry(to.clone()).or_default() += 1,
+                None => {
+                    assert!(note.contains("at capacity"), "{note}");
+                    *hosts.entry("unplaced".into()).or_default() += 1;
+                }
+            }
+            ring.apply(d.command.clone()).unwrap();
+        }
+        hosts
+    };
+    // a, c and d survive outside b's zone: four each.
+    let spread = hosts_after(0);
+    assert_eq!(
+        spread,
+        BTreeMap::from([("a".into(), 4), ("c".into(), 4), ("d".into(), 4)])
+    );
+    // At most three each: nine placed, three unplaced with the reason.
+    let capped = hosts_after(3);
+    assert_eq!(
+        capped,
+        BTreeMap::from([
+            ("a".into(), 3),
+            ("c".into(), 3),
+            ("d".into(), 3),
+            ("unplaced".into(), 3)
+        ])
+    );
+}

@@ -527,3 +527,381 @@ fn control_plane_names_must_lie_inside_the_rings_dns_zone() {
     };
     assert!(bad.validate().is_err());
 }
+
+fn recover_command(survivor: MemberSpec, removed: Vec<NodeId>) -> Command {
+    Command::Recover {
+        survivor,
+        removed,
+        source: "the data directory of a".into(),
+    }
+}
+
+/// Ring a, b, c with x on b (home a), y on a (home b), z on c moving to a (fencing c).
+fn ring3_with_control_planes() -> RingState {
+    let mut state = ring3();
+    state.apply_membership(&BTreeSet::from([1, 2, 3]), &BTreeSet::new());
+    let mut index = 1;
+    let mut add = |state: &mut RingState, name: &str, home: &str, host: &str| {
+        index += 1;
+        let mut spec = cp(name, Some(home));
+        spec.host = Some(host.into());
+        state
+            .apply(index, &proposal(Command::AddControlPlane(spec)))
+            .unwrap();
+        index += 1;
+        state
+            .apply(
+                index,
+                &proposal(Command::ReportServing {
+                    name: name.into(),
+                    epoch: 1,
+                    member: host.into(),
+                }),
+            )
+            .unwrap();
+    };
+    add(&mut state, "x", "a", "b");
+    add(&mut state, "y", "b", "a");
+    add(&mut state, "z", "b", "c");
+    state
+        .apply(
+            20,
+            &proposal(Command::MoveControlPlane {
+                name: "z".into(),
+                to: Some("a".into()),
+                epoch: 2,
+                kind: MoveKind::Switchover,
+                note: String::new(),
+            }),
+        )
+        .unwrap();
+    assert_eq!(state.control_planes["z"].phase, Phase::Fencing);
+    state
+}
+
+#[test]
+fn recovery_keeps_the_survivors_control_planes_and_fences_the_removed_hosts() {
+    let mut state = ring3_with_control_planes();
+    let before = state.clone();
+    let mut survivor = spec(1, "a", "zone-a");
+    survivor.address = "10.9.9.9:7401".into();
+    state
+        .recover(21, &proposal(recover_command(survivor, vec![2, 3])))
+        .unwrap();
+
+    // One member left, the only voter, at its new address; the others retired.
+    assert_eq!(state.members.keys().copied().collect::<Vec<_>>(), vec![1]);
+    let a = &state.members[&1];
+    assert_eq!((a.role, a.address.as_str()), (Role::Voter, "10.9.9.9:7401"));
+    assert_eq!(state.retired_ids, BTreeSet::from([2, 3]));
+
+    // y stays as it was: same host, same epoch, still running.
+    assert_eq!(state.control_planes["y"], before.control_planes["y"]);
+    // x lost its host b: unplaced at the next epoch, b fencing it (nobody knows when b last
+    // renewed), its migration from b.
+    let x = &state.control_planes["x"];
+    assert_eq!(
+        (x.host.as_deref(), x.phase, x.epoch),
+        (None, Phase::Unplaced, 2)
+    );
+    assert_eq!(x.fencing, BTreeSet::from(["b".to_string()]));
+    assert_eq!(x.migration.as_ref().unwrap().from.as_deref(), Some("b"));
+    assert!(
+        x.unplaced_reason
+            .contains("removed when the ring was recovered")
+    );
+    // z was moving from c to a: it stays on a, still waiting for c (now removed).
+    let z = &state.control_planes["z"];
+    assert_eq!(
+        (z.host.as_deref(), z.phase, z.epoch),
+        (Some("a"), Phase::Fencing, 2)
+    );
+    assert_eq!(z.fencing, BTreeSet::from(["c".to_string()]));
+
+    // History: everything before, plus the recovery.
+    let events: Vec<_> = state.history.iter().cloned().collect();
+    let old: Vec<_> = before.history.iter().cloned().collect();
+    assert_eq!(&events[..old.len()], &old[..]);
+    let last = events.last().unwrap();
+    assert_eq!(
+        (last.index, last.action.as_str(), last.subject.as_str()),
+        (21, "ring.recover", "ring")
+    );
+    assert_eq!(last.reason, "because");
+    for needed in [
+        "a(1) is the only member",
+        "b(2), c(3)",
+        "x (was on b, now epoch 2)",
+    ] {
+        assert!(
+            last.detail.contains(needed),
+            "{needed:?} not in {}",
+            last.detail
+        );
+    }
+    state.check_invariants();
+
+    // The old ids are never accepted again; the old names only once nobody fences them.
+    let err = refused(&mut state, 22, Command::AddMember(spec(2, "e", "zone-e")));
+    assert_eq!(err, CommandError::RetiredMemberId(2));
+    let err = refused(&mut state, 22, Command::AddMember(spec(4, "b", "zone-b")));
+    assert!(err.to_string().contains("former member named b"), "{err}");
+    state
+        .apply(
+            22,
+            &proposal(Command::ReleaseFence {
+                name: "x".into(),
+                epoch: 2,
+                member: "b".into(),
+            }),
+        )
+        .unwrap();
+    assert_eq!(state.control_planes["x"].phase, Phase::Unplaced);
+    state
+        .apply(23, &proposal(Command::AddMember(spec(4, "b", "zone-b"))))
+        .unwrap();
+}
+
+#[test]
+fn recovery_is_never_applied_from_the_log_and_refuses_bad_input_unchanged() {
+    let mut state = ring3_with_control_planes();
+    let ok = recover_command(spec(1, "a", "zone-a"), vec![2, 3]);
+    // Through the log: refused.
+    let err = refused(&mut state, 21, ok.clone());
+    assert!(
+        err.to_string().contains("never committed through Raft"),
+        "{err}"
+    );
+    // recover() takes nothing else.
+    let before = state.clone();
+    let err = state
+        .recover(21, &proposal(Command::SetPaused { paused: true }))
+        .unwrap_err();
+    assert!(err.to_string().contains("not a ring recovery"), "{err}");
+    assert_eq!(state, before);
+
+    let bad = [
+        (
+            recover_command(spec(9, "q", "zone-q"), vec![1, 2, 3]),
+            "not a member",
+        ),
+        (
+            recover_command(spec(1, "x", "zone-a"), vec![2, 3]),
+            "registered as a",
+        ),
+        (
+            recover_command(spec(1, "a", "zone-z"), vec![2, 3]),
+            "registered as a",
+        ),
+        (
+            recover_command(spec(1, "a", "zone-a"), vec![2]),
+            "exactly every other member",
+        ),
+        (
+            recover_command(spec(1, "a", "zone-a"), vec![2, 3, 4]),
+            "exactly every other member",
+        ),
+        (
+            recover_command(spec(1, "a", "zone-a"), vec![2, 2, 3]),
+            "exactly every other member",
+        ),
+        (
+            recover_command(spec(1, "a", "zone-a"), vec![1, 2, 3]),
+            "survivor",
+        ),
+    ];
+    for (command, why) in bad {
+        let err = state.recover(21, &proposal(command.clone())).unwrap_err();
+        assert!(err.to_string().contains(why), "{command:?}: {err}");
+        assert_eq!(state, before, "{command:?} changed the state");
+    }
+
+    // A retired survivor, and a ring that never formed.
+    state.recover(21, &proposal(ok)).unwrap();
+    let again = recover_command(spec(2, "b", "zone-b"), vec![1]);
+    let err = state.recover(22, &proposal(again)).unwrap_err();
+    assert!(err.to_string().contains("retired"), "{err}");
+    let mut empty = RingState::default();
+    let err = empty
+        .recover(
+            1,
+            &proposal(recover_command(spec(1, "a", "zone-a"), vec![])),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("nothing to recover"), "{err}");
+    assert_eq!(empty, RingState::default());
+}
+
+/// The index `apply` keeps equals one recomputed from the control planes after every command
+/// of long random sequences (moves to any member or nowhere, at the right or a stale epoch,
+/// releases, serving reports, removals, members lost and back), and so do the lookups built on
+/// it compared with a scan of every control plane; a decoded state rebuilds it.
+#[test]
+fn the_index_always_equals_a_recomputation() {
+    let members = ["a", "b", "c"];
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut state = ring3();
+    let mut applied = 0;
+    for (step, index) in (0..3_000).zip(2..) {
+        let name = format!("cp{}", next(24));
+        let epoch = state.control_planes.get(&name).map_or(0, |c| c.epoch);
+        let member = members[next(3) as usize].to_string();
+        let command = match next(9) {
+            0 | 1 => Command::AddControlPlane(ControlPlaneSpec {
+                host: (next(2) == 0).then(|| member.clone()),
+                ..cp(&name, None)
+            }),
+            2 | 3 => Command::MoveControlPlane {
+                name: name.clone(),
+                to: (next(4) != 0).then(|| member.clone()),
+                epoch: epoch + 1 - next(2).min(epoch),
+                kind: MoveKind::Switchover,
+                note: String::new(),
+            },
+            4 => Command::ReleaseFence {
+                name: name.clone(),
+                epoch,
+                member: member.clone(),
+            },
+            5 => Command::ReportServing {
+                name: name.clone(),
+                epoch,
+                member: state
+                    .control_planes
+                    .get(&name)
+                    .and_then(|c| c.host.clone())
+                    .unwrap_or(member.clone()),
+            },
+            6 => Command::RemoveControlPlane { name: name.clone() },
+            _ => Command::SetHealth {
+                id: next(3) + 1,
+                health: [Health::Healthy, Health::Suspect, Health::Lost][next(3) as usize],
+            },
+        };
+        if state.apply(index, &proposal(command)).is_ok() {
+            applied += 1;
+        }
+        assert_eq!(state.index, Index::of(&state.control_planes), "step {step}");
+        for m in members {
+            let scan: Vec<&String> = state
+                .control_planes
+                .values()
+                .filter(|c| c.host.as_deref() == Some(m))
+                .map(|c| &c.name)
+                .collect();
+            assert_eq!(state.hosted_count(m), scan.len());
+            assert_eq!(state.hosted(m).map(|c| &c.name).collect::<Vec<_>>(), scan);
+            let fenced: Vec<&String> = state
+                .control_planes
+                .values()
+                .filter(|c| c.fencing.contains(m))
+                .map(|c| &c.name)
+                .collect();
+            assert_eq!(
+                state.fenced_by(m).map(|c| &c.name).collect::<Vec<_>>(),
+                fenced
+            );
+        }
+        let lost: BTreeSet<&str> = state
+            .members
+            .values()
+            .filter(|m| m.health == Health::Lost)
+            .map(|m| m.name.as_str())
+            .collect();
+        let may_change: Vec<&String> = state
+            .control_planes
+            .values()
+            .filter(|c| {
+                c.phase != Phase::Running || c.host.as_deref().is_some_and(|h| lost.contains(h))
+            })
+            .map(|c| &c.name)
+            .collect();
+        assert_eq!(
+            state
+                .may_change()
+                .iter()
+                .map(|c| &c.name)
+                .collect::<Vec<_>>(),
+            may_change
+        );
+    }
+    assert!(applied > 500, "only {applied} commands applied");
+    let decoded: RingState = serde_json::from_str(&serde_json::to_string(&state).unwrap()).unwrap();
+    assert_eq!(decoded, state, "a decoded state has the same index");
+}
+
+#[test]
+fn control_plane_labels_are_replaced_recorded_and_checked() {
+    let mut state = ring3();
+    state
+        .apply(2, &proposal(Command::AddControlPlane(cp("x", Some("a")))))
+        .unwrap();
+    let labels: BTreeMap<String, String> = [("owner".to_string(), "team-1".to_string())].into();
+    state
+        .apply(
+            3,
+            &proposal(Command::SetControlPlaneLabels {
+                name: "x".into(),
+                labels: labels.clone(),
+            }),
+        )
+        .unwrap();
+    assert_eq!(state.control_planes["x"].labels, labels);
+    let event = state.history.newest(1)[0].clone();
+    assert_eq!(event.action, "control-plane.labels");
+    assert_eq!(event.subject, "x");
+    assert_eq!(event.detail, "labels owner=team-1");
+
+    // Replaced, not merged; an empty set removes them.
+    state
+        .apply(
+            4,
+            &proposal(Command::SetControlPlaneLabels {
+                name: "x".into(),
+                labels: BTreeMap::new(),
+            }),
+        )
+        .unwrap();
+    assert!(state.control_planes["x"].labels.is_empty());
+
+    // Unknown control plane, bad label, too many labels: refused, nothing changes.
+    let err = refused(
+        &mut state,
+        5,
+        Command::SetControlPlaneLabels {
+            name: "nope".into(),
+            labels: labels.clone(),
+        },
+    );
+    assert!(
+        matches!(err, CommandError::UnknownControlPlane(_)),
+        "{err:?}"
+    );
+    let err = refused(
+        &mut state,
+        5,
+        Command::SetControlPlaneLabels {
+            name: "x".into(),
+            labels: [("Bad Key".to_string(), "v".to_string())].into(),
+        },
+    );
+    assert!(matches!(err, CommandError::Invalid { .. }), "{err:?}");
+    let many = (0..=crate::core::command::MAX_LABELS)
+        .map(|i| (format!("k{i}"), "v".to_string()))
+        .collect();
+    let err = refused(
+        &mut state,
+        5,
+        Command::SetControlPlaneLabels {
+            name: "x".into(),
+            labels: many,
+        },
+    );
+    assert!(matches!(err, CommandError::Limit(_)), "{err:?}");
+}
