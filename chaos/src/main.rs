@@ -3,11 +3,16 @@
 //! RTO (zone loss to a client's write acknowledged at the new host, through DNS), RPO
 //! (acknowledged writes missing afterwards, and the data-loss window) and split brain (writes
 //! acknowledged by an old host after the new one took over). See `chaos/README.md`.
+//!
+//! `ring-chaos bench` runs the benchmarks (commit path against etcd, failover time against the
+//! lease, migration copy against a raw copy) on loopback, without namespaces or root.
 
+mod bench;
 mod client;
 mod model;
 mod netns;
 mod report;
+mod scale;
 mod scenario;
 mod world;
 
@@ -18,9 +23,10 @@ use clap::{Parser, Subcommand};
 
 use scenario::{RunOptions, SCENARIOS, Scenario};
 
-/// Zone loss, partitions and outages of a garden-ring in network namespaces, measured.
+/// Zone loss, partitions and outages of a garden-ring in network namespaces, measured; and
+/// benchmarks on loopback (`bench`, no root).
 ///
-/// Needs root (it creates network namespaces, named grchaos-*, and removes them at the end,
+/// `run` and `cleanup` need root (it creates network namespaces, named grchaos-*, and removes them at the end,
 /// also after a failure or Ctrl-C; `ring-chaos cleanup` removes what a killed run left).
 /// Needs `ip` (iproute2), BIND (`named`, `tsig-keygen`), `moto_server`, etcd, and ringd and
 /// ring-guard built next to ring-chaos (`cargo build --bins`). Only addresses inside the
@@ -65,6 +71,9 @@ enum Cmd {
     List,
     /// Remove namespaces an earlier, killed run left behind.
     Cleanup,
+    /// Benchmarks on loopback (no root): the commit path against etcd, failover time against
+    /// the lease, the migration copy against a raw copy; prints a table, writes bench.json.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -85,6 +94,14 @@ fn main() -> ExitCode {
             println!("removed {} namespaces {}", removed.len(), removed.join(" "));
             ExitCode::SUCCESS
         }
+        Cmd::Bench(args) => match bench::main(args) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(e) => {
+                eprintln!("ring-chaos bench: {e:#}");
+                ExitCode::from(2)
+            }
+        },
         Cmd::Run(args) => match run(args) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::FAILURE,

@@ -159,7 +159,8 @@ pub struct World {
     pub per_member: Vec<AdminClient>,
 }
 
-fn find_tool(name: &str) -> anyhow::Result<PathBuf> {
+/// The path of `name` on `PATH`, `/usr/sbin` or `/usr/bin`; the error says how to install it.
+pub fn find_tool(name: &str) -> anyhow::Result<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
@@ -189,7 +190,21 @@ pub fn check_tools(binaries: &Binaries) -> anyhow::Result<()> {
 }
 
 /// Polls `check` every 50 ms until it returns `Some`, or fails naming `what` after `timeout`.
-pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> anyhow::Result<T>
+pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    poll(timeout, Duration::from_millis(50), what, check).await
+}
+
+/// Polls `check` every `every` until it returns `Some`, or fails naming `what` after `timeout`.
+pub async fn poll<T, F, Fut>(
+    timeout: Duration,
+    every: Duration,
+    what: &str,
+    mut check: F,
+) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -202,7 +217,7 @@ where
         if Instant::now() >= deadline {
             bail!("timed out after {timeout:?} waiting until {what}");
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(every).await;
     }
 }
 
