@@ -43,6 +43,27 @@ pub fn tool(name: &str) -> PathBuf {
     })
 }
 
+/// The `etcd` driver with Debian's etcd, `ring-guard` and snapshots every
+/// `snapshot_interval_ms`: each hosted control plane's etcd runs under the member.
+pub fn driver(snapshot_interval_ms: u64) -> garden_ring::config::DriverSettings {
+    use garden_ring::config::{DriverKind, DriverSettings, EtcdDriverSettings};
+    let bin_dir = tool("etcd")
+        .parent()
+        .expect("a tool's path has a directory")
+        .to_path_buf();
+    DriverSettings {
+        kind: DriverKind::Etcd,
+        guard: Some(crate::binary("ring-guard")),
+        etcd: EtcdDriverSettings {
+            bin_dir: Some(bin_dir),
+            snapshot_interval_ms,
+            start_timeout_ms: 20_000,
+            ..EtcdDriverSettings::default()
+        },
+        ..DriverSettings::default()
+    }
+}
+
 /// Where a member listens: reserved before it starts, so a restore can be told its peer URL.
 #[derive(Debug, Clone)]
 pub struct EtcdSpec {

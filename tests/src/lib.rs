@@ -117,6 +117,20 @@ impl Default for RingOptions {
     }
 }
 
+/// One plain HTTP/1.1 GET of `path` at `address` (the metrics endpoint); its status code and
+/// body, or `None` when it does not answer within a few seconds.
+pub fn http_get(address: SocketAddr, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(1)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n")?.1.to_string();
+    Some((status, body))
+}
+
 /// An `exec` driver whose workload appends `<unix ns> <member> <epoch>` to
 /// `dir/serving-<control plane>.log` every 20 ms while it runs, so a test can tell who served
 /// what when; its health check passes once the workload wrote a line at its epoch.

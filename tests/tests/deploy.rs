@@ -5,14 +5,13 @@
 //! `promtool` accepts. (scripts/test.sh renders and schema-checks the manifests themselves.)
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
 use garden_ring::config::Config;
-use garden_ring_tests::{Ports, Ring, RingOptions, binary, eventually};
+use garden_ring_tests::{Ports, Ring, RingOptions, binary, eventually, http_get};
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
@@ -243,18 +242,6 @@ fn kubernetes_overlay_configs_pass_check_config_and_match_the_manifests() {
     println!("{} overlay configs pass", overlays.len());
 }
 
-/// One GET; the status code and the body.
-fn get(address: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(1)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).ok()?;
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n")?.1.to_string();
-    Some((status, body))
-}
-
 /// The metric families `/metrics` of a one-member ring declares (`# TYPE` lines).
 async fn declared_families() -> BTreeSet<String> {
     let mut ring = Ring::prepare(RingOptions {
@@ -267,7 +254,7 @@ async fn declared_families() -> BTreeSet<String> {
     ring.procs[0].config.metrics.listen = Some(address);
     ring.procs[0].spawn();
     let body = eventually(Duration::from_secs(20), "/metrics answers", || async {
-        get(address, "/metrics").and_then(|(status, body)| (status == 200).then_some(body))
+        http_get(address, "/metrics").and_then(|(status, body)| (status == 200).then_some(body))
     })
     .await;
     body.lines()

@@ -10,30 +10,19 @@ use std::time::{Duration, Instant};
 use garden_ring::backup::etcd::EtcdClient;
 use garden_ring::backup::layout::list_snapshots;
 use garden_ring::backup::location::BackupLocation;
-use garden_ring::config::{BackupSettings, DriverKind, DriverSettings, EtcdDriverSettings};
+use garden_ring::config::BackupSettings;
 use garden_ring::pb;
 use garden_ring_tests::etcd::{fast, tool};
 use garden_ring_tests::{
-    Ports, Ring, RingOptions, add_control_plane, binary, cps, eventually, wait_all_healthy,
+    Ports, Ring, RingOptions, add_control_plane, cps, eventually, wait_all_healthy,
 };
 
 const MEMBERS: [&str; 3] = ["a", "b", "c"];
 
 /// A ring whose members run etcd, snapshotting every `snapshot_interval_ms`.
 fn etcd_ring(snapshot_interval_ms: u64, backup: BackupSettings) -> Ring {
-    let bin_dir = tool("etcd").parent().unwrap().to_path_buf();
     let mut ring = Ring::prepare(RingOptions {
-        driver: DriverSettings {
-            kind: DriverKind::Etcd,
-            guard: Some(binary("ring-guard")),
-            etcd: EtcdDriverSettings {
-                bin_dir: Some(bin_dir),
-                snapshot_interval_ms,
-                start_timeout_ms: 20_000,
-                ..EtcdDriverSettings::default()
-            },
-            ..DriverSettings::default()
-        },
+        driver: garden_ring_tests::etcd::driver(snapshot_interval_ms),
         ..RingOptions::default()
     });
     for p in &mut ring.procs {

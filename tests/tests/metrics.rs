@@ -3,29 +3,14 @@
 //! times DNS propagation as `ringctl dns list` does, and the etcd driver's host reports its
 //! snapshots' age for the control planes it hosts, and only for those.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use garden_ring::config::{DriverKind, DriverSettings, EtcdDriverSettings};
 use garden_ring::pb;
-use garden_ring_tests::etcd::tool;
 use garden_ring_tests::{
-    Ports, Ring, RingOptions, TestDns, add_control_plane, add_running, binary, cps, eventually,
+    Ports, Ring, RingOptions, TestDns, add_control_plane, add_running, cps, eventually, http_get,
 };
 use nix::sys::signal::Signal;
-
-/// One GET; the status code and the body.
-fn get(address: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(1)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).ok()?;
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n")?.1.to_string();
-    Some((status, body))
-}
 
 /// The value of the sample named exactly `series` (name and labels).
 fn sample(body: &str, series: &str) -> Option<f64> {
@@ -58,8 +43,8 @@ async fn metrics_count_and_time_a_failover() {
     let (mut ring, metrics) = ring_with_metrics();
     add_running(&ring, &[("m1", None, Some("a"))]).await;
     for address in &metrics {
-        assert_eq!(get(*address, "/healthz").map(|r| r.0), Some(200));
-        let (status, body) = get(*address, "/metrics").unwrap();
+        assert_eq!(http_get(*address, "/healthz").map(|r| r.0), Some(200));
+        let (status, body) = http_get(*address, "/metrics").unwrap();
         assert_eq!(status, 200);
         assert!(
             body.contains("# TYPE garden_ring_raft_term gauge"),
@@ -85,14 +70,14 @@ async fn metrics_count_and_time_a_failover() {
             "committed {committed}, applied {applied}"
         );
     }
-    assert_eq!(get(metrics[0], "/nope").map(|r| r.0), Some(404));
+    assert_eq!(http_get(metrics[0], "/nope").map(|r| r.0), Some(404));
     // Every metric the shipped alert rules use is served.
     let rules = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../deploy/prometheus/alerts.yml"
     ))
     .unwrap();
-    let (_, body) = get(metrics[0], "/metrics").unwrap();
+    let (_, body) = http_get(metrics[0], "/metrics").unwrap();
     let mut used = 0;
     for name in rules
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
@@ -124,7 +109,7 @@ async fn metrics_count_and_time_a_failover() {
             Duration::from_secs(5),
             "the failover is counted",
             || async {
-                let (_, body) = get(*address, "/metrics")?;
+                let (_, body) = http_get(*address, "/metrics")?;
                 (sample(&body, "garden_ring_moves_total{kind=\"failover\"}")? >= 1.0)
                     .then_some(body)
             },
@@ -155,7 +140,7 @@ async fn readyz_turns_not_ready_when_cut_off_from_the_quorum() {
     add_running(&ring, &[]).await;
     for address in &metrics {
         eventually(Duration::from_secs(10), "ready", || async {
-            (get(*address, "/readyz")?.0 == 200).then_some(())
+            (http_get(*address, "/readyz")?.0 == 200).then_some(())
         })
         .await;
     }
@@ -165,7 +150,7 @@ async fn readyz_turns_not_ready_when_cut_off_from_the_quorum() {
     let cut = Instant::now();
     let lease = Duration::from_millis(ring.procs[2].config.timing.lease_ms);
     let (status, body) = eventually(lease * 3, "c is not ready", || async {
-        let r = get(metrics[2], "/readyz")?;
+        let r = http_get(metrics[2], "/readyz")?;
         (r.0 == 503).then_some(r)
     })
     .await;
@@ -181,7 +166,7 @@ async fn readyz_turns_not_ready_when_cut_off_from_the_quorum() {
     println!("cut off c not ready after {after:?} (lease {lease:?})");
     // And ready again once the quorum is back.
     eventually(Duration::from_secs(10), "c is ready again", || async {
-        (get(metrics[2], "/readyz")?.0 == 200).then_some(())
+        (http_get(metrics[2], "/readyz")?.0 == 200).then_some(())
     })
     .await;
 }
@@ -219,7 +204,7 @@ async fn the_leader_times_dns_propagation_as_dns_list_shows_it() {
         .await;
     let leader = ring.index_of(leader);
     let read = |i: usize| {
-        let (_, body) = get(metrics[i], "/metrics").unwrap();
+        let (_, body) = http_get(metrics[i], "/metrics").unwrap();
         let count = sample(&body, "garden_ring_dns_propagation_seconds_count").unwrap();
         let sum = sample(&body, "garden_ring_dns_propagation_seconds_sum").unwrap();
         (count, sum, body)
@@ -286,19 +271,8 @@ async fn the_leader_times_dns_propagation_as_dns_list_shows_it() {
 
 /// A ring with metrics whose members run etcd, snapshotting every `snapshot_interval_ms`.
 fn etcd_ring_with_metrics(snapshot_interval_ms: u64) -> (Ring, Vec<SocketAddr>) {
-    let bin_dir = tool("etcd").parent().unwrap().to_path_buf();
     ring_with_metrics_and(RingOptions {
-        driver: DriverSettings {
-            kind: DriverKind::Etcd,
-            guard: Some(binary("ring-guard")),
-            etcd: EtcdDriverSettings {
-                bin_dir: Some(bin_dir),
-                snapshot_interval_ms,
-                start_timeout_ms: 20_000,
-                ..EtcdDriverSettings::default()
-            },
-            ..DriverSettings::default()
-        },
+        driver: garden_ring_tests::etcd::driver(snapshot_interval_ms),
         ..RingOptions::default()
     })
 }
@@ -344,7 +318,8 @@ async fn the_host_reports_its_snapshots_age_and_stops_when_the_control_plane_lea
         Duration::from_secs(30),
         "a took three snapshots of e1",
         || {
-            let age = get(metrics[0], "/metrics").and_then(|(_, body)| snapshot_age(&body, "e1"));
+            let age =
+                http_get(metrics[0], "/metrics").and_then(|(_, body)| snapshot_age(&body, "e1"));
             if let Some(age) = age
                 && ages.last().is_none_or(|last| age < *last)
             {
@@ -356,14 +331,14 @@ async fn the_host_reports_its_snapshots_age_and_stops_when_the_control_plane_lea
     )
     .await;
     println!("e1's snapshot age at a, each just after a new snapshot: {ages:?} s");
-    let (_, body) = get(metrics[0], "/metrics").unwrap();
+    let (_, body) = http_get(metrics[0], "/metrics").unwrap();
     let age = snapshot_age(&body, "e1").unwrap();
     assert!(
         age < interval.as_secs_f64() + 3.0,
         "snapshot age {age} s with a {interval:?} interval"
     );
     for i in [1, 2] {
-        let (_, body) = get(metrics[i], "/metrics").unwrap();
+        let (_, body) = http_get(metrics[i], "/metrics").unwrap();
         assert_eq!(snapshot_age(&body, "e1"), None, "member {i}: {body}");
     }
 
@@ -378,8 +353,8 @@ async fn the_host_reports_its_snapshots_age_and_stops_when_the_control_plane_lea
         Duration::from_secs(30),
         "b reports e1 and a no longer",
         || async {
-            let (_, at_a) = get(metrics[0], "/metrics")?;
-            let (_, at_b) = get(metrics[1], "/metrics")?;
+            let (_, at_a) = http_get(metrics[0], "/metrics")?;
+            let (_, at_b) = http_get(metrics[1], "/metrics")?;
             (snapshot_age(&at_a, "e1").is_none() && snapshot_age(&at_b, "e1").is_some())
                 .then_some(())
         },
