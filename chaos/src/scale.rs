@@ -21,25 +21,20 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use futures::StreamExt;
 use garden_ring::admin::AdminClient;
-use garden_ring::config::{
-    Config, DnsSettings, DriverSettings, InitialMember, LogSettings, PlacementSettings,
-    SnapshotSettings, Timing, TlsSettings,
-};
+use garden_ring::config::{InitialMember, Timing};
 use garden_ring::dns::query::{Observed, observe};
 use garden_ring::dns::update::RecordValue;
 use garden_ring::pb;
-use garden_ring::tls::{Identity, Role, Security, TlsStore};
 use serde::Serialize;
 
-/// The ring's DNS zone.
-const ZONE: &str = "scale.garden-ring.test";
+use crate::bench::local::{self, LocalRing, RingSpec, ZONE};
+
 /// Port of every control plane's endpoint (nothing listens: driver `none`).
 const CP_PORT: u16 = 2379;
 /// How often RSS is sampled.
@@ -58,8 +53,6 @@ pub struct ScaleOptions {
     pub out: PathBuf,
     /// Directory with `ringd` (a release build is what the numbers are about).
     pub bin_dir: PathBuf,
-    /// First port: member i uses `base_port + 10 i` (Admin), `+ 1` (peer), `+ 3` (DNS).
-    pub base_port: u16,
     /// Registrations in flight at once.
     pub concurrency: usize,
     /// Kill the leader instead of a follower.
@@ -79,7 +72,6 @@ impl Default for ScaleOptions {
             on_victim: 1_000,
             out: PathBuf::from("target/scale"),
             bin_dir: PathBuf::new(),
-            base_port: 17_400,
             concurrency: 64,
             kill_leader: false,
             timeout: Duration::from_secs(600),
@@ -207,31 +199,6 @@ fn mib(kib: u64) -> String {
     format!("{:.1}", kib as f64 / 1024.0)
 }
 
-/// One `ringd`, killed when dropped.
-struct Ringd {
-    name: String,
-    child: Option<Child>,
-}
-
-impl Ringd {
-    fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Ringd {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// The address control plane endpoints of member `index` have (and so its DNS answers).
 fn host_ip(index: usize) -> Ipv4Addr {
     Ipv4Addr::new(127, 0, 1, u8::try_from(index + 1).unwrap_or(255))
@@ -290,17 +257,6 @@ fn unix_ms() -> u64 {
     garden_ring::time::unix_ms()
 }
 
-fn check_ports(base_port: u16) -> anyhow::Result<()> {
-    for i in 0..3u16 {
-        for offset in [0, 1, 3] {
-            let port = base_port + 10 * i + offset;
-            std::net::TcpListener::bind(("127.0.0.1", port))
-                .with_context(|| format!("port {port} is taken (pass another --base-port)"))?;
-        }
-    }
-    Ok(())
-}
-
 /// Runs the scale measurement (see the module docs).
 pub async fn run(opts: &ScaleOptions) -> anyhow::Result<ScaleReport> {
     if opts.control_planes == 0 || opts.on_victim > opts.control_planes {
@@ -319,78 +275,23 @@ pub async fn run(opts: &ScaleOptions) -> anyhow::Result<ScaleReport> {
             opts.bin_dir.display()
         );
     }
-    check_ports(opts.base_port)?;
     garden_ring::tls::install_crypto_provider();
     let dir = opts.out.join("run");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let dir = dir.canonicalize()?;
-    let founders = garden_ring::demo::layout(3, opts.base_port)?;
-    let certs = garden_ring::demo::demo_certificates(&dir, &founders)?;
-    let dns_of = |m: &InitialMember| garden_ring::demo::dns_address(&m.admin_address);
-
-    let mut members = Vec::new();
-    for m in &founders {
-        let home = dir.join(&m.name);
-        std::fs::create_dir_all(&home)?;
-        let config = Config {
-            id: m.id,
-            name: m.name.clone(),
-            zone: m.zone.clone(),
-            data_dir: home.join("data"),
-            listen_peer: m.address.parse()?,
-            listen_admin: m.admin_address.parse()?,
-            advertise_peer: None,
-            advertise_admin: None,
-            initial_members: founders.clone(),
-            timing: Timing::loopback(),
-            snapshot: SnapshotSettings::default(),
-            log: LogSettings::default(),
-            backup: Default::default(),
-            tls: Some(TlsSettings {
-                files: garden_ring::demo::tls_files(&certs, &Identity::new(Role::Member, &m.name)?),
-                reload_interval_ms: 1_000,
-            }),
-            insecure: false,
-            dns: DnsSettings {
-                zone: Some(ZONE.into()),
-                ttl_s: 5,
-                listen: Some(dns_of(m)),
-                verify_servers: vec![dns_of(m)],
-                ..DnsSettings::default()
-            },
-            metrics: Default::default(),
-            placement: PlacementSettings {
-                min_move_interval_ms: 1_000,
-                capacity: 0,
-            },
-            driver: DriverSettings::default(),
-        };
-        config
-            .validate()
-            .with_context(|| format!("config of member {}", m.name))?;
-        let path = home.join("ringd.toml");
-        std::fs::write(&path, config.to_toml())?;
-        let log = std::fs::File::create(home.join("ringd.log"))?;
-        let child = {
-            use std::os::unix::process::CommandExt;
-            Command::new(&ringd_bin)
-                .arg("--config")
-                .arg(&path)
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                .process_group(0)
-                .spawn()
-                .with_context(|| format!("starting {}", ringd_bin.display()))?
-        };
-        members.push(Ringd {
-            name: m.name.clone(),
-            child: Some(child),
-        });
-    }
-    let files = garden_ring::demo::tls_files(&certs, &Identity::new(Role::Admin, "operator")?);
-    let security = Security::Tls(TlsStore::load(files, None)?);
+    let certs = local::certificates(&dir)?;
+    let spec = RingSpec {
+        timing: Timing::loopback(),
+        dns: true,
+        // The keeper checks only its own server: the storm's 1,000 names are what the
+        // measurement asks every survivor about, and three servers' worth of checks would
+        // be load the coordinator adds only because of the benchmark.
+        verify_every_server: false,
+    };
+    let mut ring = LocalRing::start(&dir, &opts.bin_dir, &certs, &spec)?;
+    let founders = ring.members[0].config.initial_members.clone();
+    let security = ring.security.clone();
     let clients = founders
         .iter()
         .map(|m| {
@@ -403,9 +304,9 @@ pub async fn run(opts: &ScaleOptions) -> anyhow::Result<ScaleReport> {
         })
         .collect::<Result<Vec<_>, _>>()?;
 
-    let result = measure(opts, &founders, &mut members, &clients).await;
-    for m in &mut members {
-        m.kill();
+    let result = measure(opts, &founders, &mut ring, &clients).await;
+    for m in &mut ring.members {
+        m.proc.kill9();
     }
     if !opts.keep_data {
         for m in &founders {
@@ -455,7 +356,7 @@ fn add_request(i: usize, host: &str, founders: &[InitialMember]) -> pb::ControlP
 async fn measure(
     opts: &ScaleOptions,
     founders: &[InitialMember],
-    members: &mut [Ringd],
+    ring: &mut LocalRing,
     clients: &[AdminClient],
 ) -> anyhow::Result<ScaleReport> {
     let mut report = ScaleReport {
@@ -517,9 +418,10 @@ async fn measure(
             }
         })
         .collect();
-    let pids: Vec<(String, u32)> = members
+    let pids: Vec<(String, u32)> = ring
+        .members
         .iter()
-        .filter_map(|m| Some((m.name.clone(), m.pid()?)))
+        .filter_map(|m| Some((m.config.name.clone(), m.proc.pid()?)))
         .collect();
     let started = Instant::now();
     let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -572,8 +474,8 @@ async fn measure(
     let survivors: Vec<usize> = (0..founders.len()).filter(|i| *i != victim_index).collect();
     let dns_servers: Vec<SocketAddr> = survivors
         .iter()
-        .map(|i| garden_ring::demo::dns_address(&founders[*i].admin_address))
-        .collect();
+        .map(|i| ring.members[*i].dns.context("a member without DNS"))
+        .collect::<anyhow::Result<_>>()?;
     let index_of = |name: &str| founders.iter().position(|m| m.name == name);
     let expected: Vec<(String, Ipv4Addr)> = hosts
         .iter()
@@ -640,7 +542,7 @@ async fn measure(
     let storm = Sampler::start(pids.clone());
     let killed_unix = unix_ms();
     let killed = Instant::now();
-    members[victim_index].kill();
+    ring.members[victim_index].proc.kill9();
     println!("killed {victim}; watching the storm");
     let survivor_client = &clients[survivors[0]];
     let lost = async {

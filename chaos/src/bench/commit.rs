@@ -308,6 +308,7 @@ pub async fn run(opts: &CommitOptions) -> anyhow::Result<CommitReport> {
     let spec = RingSpec {
         timing: Timing::default(),
         dns: false,
+        verify_every_server: false,
     };
     let mut ring = LocalRing::start(&ring_dir, &opts.bin_dir, &opts.certs, &spec)?;
     ring.wait_healthy(Duration::from_secs(60)).await?;

@@ -220,6 +220,7 @@ async fn trial(
     let spec = RingSpec {
         timing: timing.clone(),
         dns: true,
+        verify_every_server: true,
     };
     let mut ring = LocalRing::start(dir, &opts.bin_dir, &opts.certs, &spec)?;
     ring.wait_healthy(Duration::from_secs(60)).await?;

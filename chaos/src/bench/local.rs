@@ -146,6 +146,9 @@ pub struct RingSpec {
     pub timing: Timing,
     /// Whether every member serves the zone (builtin DNS) on a port of its own.
     pub dns: bool,
+    /// With `dns`: whether the leader checks every member's server for each record (as in
+    /// production), or only its own.
+    pub verify_every_server: bool,
 }
 
 /// One member of a [`LocalRing`].
@@ -259,10 +262,10 @@ impl LocalRing {
                     zone: Some(ZONE.into()),
                     ttl_s: 5,
                     listen: dns,
-                    verify_servers: if spec.dns {
-                        (0..founders.len()).map(dns_of).collect()
-                    } else {
-                        Vec::new()
+                    verify_servers: match (spec.dns, spec.verify_every_server) {
+                        (false, _) => Vec::new(),
+                        (true, true) => (0..founders.len()).map(dns_of).collect(),
+                        (true, false) => vec![dns_of(i)],
                     },
                     ..DnsSettings::default()
                 },

@@ -17,7 +17,7 @@
 mod commit;
 mod copy;
 mod failover;
-mod local;
+pub(crate) mod local;
 mod stats;
 
 use std::path::{Path, PathBuf};
