@@ -60,6 +60,9 @@ struct Shared {
     /// The committed log id openraft saved last, not necessarily written yet; `None` when
     /// nothing was saved since the store was opened (redb holds the latest then).
     committed: Mutex<Option<Option<LogId>>>,
+    /// Tests: the flusher's next batch fails as a disk error would.
+    #[cfg(test)]
+    fail_next_batch: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -512,9 +515,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 /// The flusher thread: takes everything queued, writes it in one fsynced transaction (with the
 /// latest committed log id), then reports it, in order. When the queue closes (the last clone
 /// of the store was dropped) it writes a committed log id saved since its last transaction,
-/// and ends. It holds the database only while it writes.
+/// and ends. It holds the database only while it writes. After a transaction fails it writes
+/// nothing more: every later operation fails with that first error.
 fn run_flusher(db: &Weak<Database>, queue: &mpsc::Receiver<(u64, Op)>, shared: &Shared) {
     let mut written = None;
+    let mut failed: Option<io::Error> = None;
     while let Ok(first) = queue.recv() {
         // The committed log id first, the rest of the queue after: every entry it covers was
         // queued before openraft saved it, so it is in this batch or an earlier one.
@@ -522,11 +527,31 @@ fn run_flusher(db: &Weak<Database>, queue: &mpsc::Receiver<(u64, Op)>, shared: &
         let mut batch = vec![first];
         batch.extend(queue.try_iter());
         let last = batch.last().map_or(0, |(n, _)| *n);
-        let result = write_batch(db, &batch, committed, &mut written);
-        if result.is_ok() {
-            let mut tail = shared.tail();
-            tail.durable = last;
-            tail.trim();
+        // After one failed batch nothing more is written: the log on disk would have a hole
+        // where the failed appends were, with later entries (and a committed index) after it.
+        // Every later operation gets the first error; openraft stops this member's Raft on it.
+        let result = match &failed {
+            Some(e) => Err(copy(e)),
+            #[cfg(test)]
+            None if shared
+                .fail_next_batch
+                .swap(false, std::sync::atomic::Ordering::SeqCst) =>
+            {
+                Err(io::Error::other("injected write failure"))
+            }
+            None => write_batch(db, &batch, committed, &mut written),
+        };
+        match &result {
+            Ok(()) => {
+                let mut tail = shared.tail();
+                tail.durable = last;
+                tail.trim();
+            }
+            Err(e) if failed.is_none() => {
+                tracing::error!("the Raft log could not be written, and no more will be: {e}");
+                failed = Some(copy(e));
+            }
+            Err(_) => {}
         }
         for (_, op) in batch {
             let outcome = match &result {
@@ -545,11 +570,12 @@ fn run_flusher(db: &Weak<Database>, queue: &mpsc::Receiver<(u64, Op)>, shared: &
         }
     }
     let last = shared.committed();
-    if last.is_some()
+    if failed.is_none()
+        && last.is_some()
         && last != written
         && let Err(e) = write_batch(db, &[], last, &mut written)
     {
-        tracing::debug!("the committed log id was not saved at shutdown: {e}");
+        tracing::warn!("the committed log id was not saved at shutdown: {e}");
     }
 }
 
@@ -693,6 +719,38 @@ mod tests {
             .append(vec![entry(2, 42)], IOFlushed::signal(tx))
             .await;
         assert!(hole.is_err(), "a hole is refused");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn after_a_failed_write_nothing_more_is_written_or_reported_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = storage::open(dir.path(), 1).unwrap();
+            let mut store = LogStore::new(db).unwrap();
+            append(&mut store, entries(1, 1..3))
+                .await
+                .await
+                .unwrap()
+                .unwrap();
+            store
+                .shared
+                .fail_next_batch
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            let failed = append(&mut store, vec![entry(1, 3)]).await.await.unwrap();
+            assert!(failed.is_err(), "the failed batch is reported failed");
+            // The next append would land after a hole: it fails with the first error.
+            let later = append(&mut store, vec![entry(1, 4)]).await.await.unwrap();
+            let later = later.expect_err("nothing is written after a failure");
+            assert!(later.to_string().contains("injected"), "{later}");
+            assert!(store.save_vote(&Vote::new(2, 1)).await.is_err());
+            store.save_committed(Some(log_id(1, 1, 4))).await.unwrap();
+        }
+        // On disk: only what was written before the failure, and no committed index past it.
+        let db = storage::open(dir.path(), 1).unwrap();
+        let mut store = LogStore::new(db).unwrap();
+        assert_eq!(indexes(&mut store, 0..10).await, expect(1, 1..3));
+        assert_eq!(store.read_committed().await.unwrap(), None);
+        assert_eq!(store.read_vote().await.unwrap(), None);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
