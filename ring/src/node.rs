@@ -237,6 +237,8 @@ impl Member {
             .await
             .map_err(|e| StartError::Raft(format!("cannot load the state machine: {e}")))?;
         let pool = Arc::new(PeerPool::new(security.clone()));
+        // Requests carry this member's ring generation from before the first one is sent.
+        pool.set_generation(state.read(|a| a.state.generation()));
         let network = PeerNetwork::new(id, pool.clone());
         let raft = RaftNode::new(
             id,
@@ -296,6 +298,11 @@ impl Member {
 
         let (stop, stopped) = watch::channel(false);
         let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(keep_generation(
+            state.clone(),
+            pool.clone(),
+            stopped.clone(),
+        )));
         if let (Some(store), Some(tls)) = (security.store(), &config.tls) {
             tasks.push(tokio::spawn(store.clone().run_reloader(
                 std::time::Duration::from_millis(tls.reload_interval_ms),
@@ -563,4 +570,21 @@ where
             ),
         }
     })
+}
+
+/// Keeps the ring generation the peer requests carry equal to the applied state's (it changes
+/// when the founders are registered; a recovery changes it offline, before `ringd` starts).
+async fn keep_generation(
+    state: StateMachineStore,
+    pool: Arc<PeerPool>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut applied = state.watch_applied();
+    loop {
+        pool.set_generation(state.read(|a| a.state.generation()));
+        tokio::select! {
+            changed = applied.changed() => if changed.is_err() { return },
+            _ = stopped.wait_for(|s| *s) => return,
+        }
+    }
 }

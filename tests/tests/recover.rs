@@ -554,3 +554,65 @@ async fn bad_input_changes_nothing() {
     })
     .await;
 }
+
+/// A member the survivor never heard of: its addition (and promotion) was committed by the two
+/// members that are then lost, while the survivor was down. It still runs, with the old ring's
+/// state, after `ringd recover`. The recovered ring refuses it by generation and tells it that
+/// it was removed, so it stops (status 3), and the recovered ring goes on undisturbed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_the_survivor_never_knew_is_refused_and_stops_after_the_recovery() {
+    let mut ring = Ring::start(RingOptions::default());
+    ring.wait_leader(&[0, 1, 2], &[], FORM).await;
+    // a is down (its data kept) while b and c add and promote d.
+    ring.procs[0].kill9();
+    ring.wait_leader(&[1, 2], &[1], FORM).await;
+    let d = ring.joiner(4);
+    ring.procs[d].spawn();
+    let out = ring.ringctl_member_add(d, &["--promote", "--reason", "a fourth zone"]);
+    assert!(out.status.success(), "member add d: {}", text(&out.stderr));
+    eventually(FORM, "d is a voter, as b sees it", || async {
+        let s = status(&ring.procs[1]).await.ok()?;
+        s.members
+            .iter()
+            .any(|m| m.id == 4 && m.role == "voter")
+            .then_some(())
+    })
+    .await;
+
+    // b and c are destroyed; d keeps running alone, without a quorum, with the old state.
+    destroy(&mut ring.procs[1]);
+    destroy(&mut ring.procs[2]);
+    let out = ringd_recover(&ring.procs[0], &["--yes", "--reason", "b and c lost"], "");
+    assert!(out.status.success(), "ringd recover: {}", text(&out.stderr));
+    assert!(
+        !text(&out.stdout).contains("(id 4"),
+        "a never heard of d: {}",
+        text(&out.stdout)
+    );
+    ring.procs[0].spawn();
+    wait_alone(&ring, 0).await;
+    let term = status(&ring.procs[0]).await.unwrap().term;
+
+    // d campaigns at a, is refused as a member from before the recovery, and stops.
+    let exit = ring.procs[d].wait_exit(Duration::from_secs(30));
+    assert_eq!(
+        exit.and_then(|s| s.code()),
+        Some(3),
+        "d stops as a removed member\n{}",
+        ring.logs()
+    );
+    let d_log = ring.procs[d].log();
+    assert!(
+        d_log.contains("keeps the ring's state from before a recovery"),
+        "d is told why:\n{d_log}"
+    );
+    let s = status(&ring.procs[0]).await.unwrap();
+    assert_eq!(
+        (s.leader_id, s.term, s.members.len()),
+        (1, term, 1),
+        "the recovered ring is undisturbed"
+    );
+    println!(
+        "d (unknown to the survivor) stopped with status 3 after the recovery; a leads alone at term {term}"
+    );
+}

@@ -89,12 +89,13 @@ enum Sub {
     /// host and epoch; the history is kept, plus a `ring.recover` event.
     ///
     /// It shows what will happen and asks you to type this member's name (or pass --yes).
-    /// The current data is first copied to <data_dir>/ring.redb.before-recover-<unix ms>.
+    /// The current data stays as it is under <data_dir>/ring.redb.before-recover-<unix ms>
+    /// (a hard link, made once the new data is written).
     /// Then start the member as usual (`ringd --config FILE`): it elects itself. Add fresh
     /// members with `ringctl member add` under NEW ids, and never start the lost members again
     /// with their old data.
     #[command(
-        after_help = "Exit status: 0 when recovered, 1 when nothing was changed (one line on stderr says why)."
+        after_help = "Exit status: 0 when recovered, 1 when it did not recover (one line on stderr says why): ring.redb is then the data as it was."
     )]
     Recover(RecoverArgs),
 }

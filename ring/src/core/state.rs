@@ -236,6 +236,11 @@ pub struct RingSettings {
     /// The DNS zone every control plane's DNS name lies inside, if the founders set one.
     #[serde(default)]
     pub dns_zone: Option<String>,
+    /// How often this ring was recovered (`ringd recover`, `ringctl snapshot restore`). Members
+    /// whose state disagrees on it belong to different rings and refuse each other's messages
+    /// (see [`RingState::generation`]).
+    #[serde(default)]
+    pub recoveries: u64,
 }
 
 /// The replicated state of a ring, version 1.
@@ -462,6 +467,19 @@ impl RingState {
         self.apply_any(index, proposal)
     }
 
+    /// Which incarnation of the ring this state belongs to, as peer messages carry it: 0 before
+    /// the founders are registered (a member with no state yet, which every ring accepts), then
+    /// 1 for the ring as formed, plus one per recovery. Two members with different non-zero
+    /// generations refuse each other's messages: one of them kept its state from before a
+    /// recovery that removed it, possibly without the ring knowing its id.
+    pub fn generation(&self) -> u64 {
+        if self.bootstrapped {
+            self.settings.recoveries.saturating_add(1)
+        } else {
+            0
+        }
+    }
+
     /// Applies a [`Command::Recover`] at `index` (one past the last entry the state reflects):
     /// the ring restarts with the survivor as its only member. Used offline by `ringd recover`
     /// and `ringctl snapshot restore` (see `crate::recovery`); like [`RingState::apply`] it
@@ -476,7 +494,8 @@ impl RingState {
     ///   `lease + fence + margin` (see [`crate::core::controller`]);
     /// - the other members are removed and their ids retired, exactly as `RemoveMember` does;
     /// - the survivor keeps its control planes (same host, same epoch), takes the addresses
-    ///   given, and becomes the only voter.
+    ///   given, and becomes the only voter;
+    /// - the ring's generation goes up by one ([`RingState::generation`]).
     pub fn recover(&mut self, index: u64, proposal: &Proposal) -> Result<(), CommandError> {
         if !matches!(proposal.command, Command::Recover { .. }) {
             return Err(CommandError::Refused(format!(
@@ -824,8 +843,23 @@ impl RingState {
             self.move_control_plane(name, None, epoch + 1, MoveKind::Failover, &note, at_ms)
                 .expect("unplacing an existing control plane at its next epoch is never refused");
         }
-        // Those moves went around `apply_any`, which keeps the index for one control plane.
+        // Every control plane left without a host, those just unplaced and those unplaced
+        // before, waits for every removed member: entries only the lost members had may have
+        // placed it on any of them, even on one this state judges lost, and that member may
+        // still hold a lease. (Control planes on the survivor stay as they are: it restarts
+        // them only after its start-up pause of a lease and a fence.)
+        for cp in self.control_planes.values_mut() {
+            if cp.host.is_none() {
+                cp.fencing.extend(gone.keys().cloned());
+            }
+        }
+        // Those changes went around `apply_any`, which keeps the index for one control plane.
         self.reindex();
+
+        // A new generation: members that kept the state from before (the removed ones, and any
+        // the survivor never heard of, added in entries only the lost members had) no longer
+        // reach this ring.
+        self.settings.recoveries += 1;
 
         // 2. The other members leave for good, like RemoveMember.
         for id in &others {

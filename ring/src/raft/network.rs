@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -52,6 +53,8 @@ pub struct PeerPool {
     channels: Mutex<HashMap<NodeId, CachedChannel>>,
     unreachable: Mutex<HashMap<NodeId, String>>,
     removed: watch::Sender<Option<String>>,
+    /// This member's ring generation (`RingState::generation`), sent with every request.
+    generation: AtomicU64,
 }
 
 impl PeerPool {
@@ -62,7 +65,18 @@ impl PeerPool {
             channels: Mutex::default(),
             unreachable: Mutex::default(),
             removed: watch::channel(None).0,
+            generation: AtomicU64::new(0),
         }
+    }
+
+    /// Sets the ring generation the requests carry (from the applied state).
+    pub fn set_generation(&self, generation: u64) {
+        self.generation.store(generation, Ordering::Relaxed);
+    }
+
+    /// The ring generation the requests carry.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
     }
 
     /// Drops every cached channel, so the next calls connect anew (with the certificates in
@@ -243,6 +257,7 @@ impl PeerClient {
             to: self.target,
             codec: CODEC_VERSION,
             payload,
+            generation: self.pool.generation(),
         })
     }
 
@@ -342,6 +357,7 @@ impl PeerClient {
             actor: actor.to_string(),
             role: role.to_string(),
             request,
+            generation: self.pool.generation(),
         });
         req.set_timeout(timeout);
         client.forward(req).await.map(|r| r.into_inner().response)
@@ -415,6 +431,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                 codec: CODEC_VERSION,
                 meta,
                 total_bytes: snapshot.snapshot.len() as u64,
+                generation: self.pool.generation(),
             })),
         };
         let data = snapshot.snapshot;

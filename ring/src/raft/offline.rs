@@ -140,6 +140,10 @@ impl Handle {
 pub struct OfflineDb {
     db: Handle,
     dir: PathBuf,
+    /// The data directory itself, locked exclusively (flock) while this is open, so that two
+    /// recoveries never work on it at once (redb's read-only lock is shared). Declared last:
+    /// released after the database.
+    _dir_lock: std::fs::File,
 }
 
 fn db_err(path: &Path, e: impl std::fmt::Display) -> OpenError {
@@ -161,6 +165,17 @@ impl OfflineDb {
             redb::DatabaseError::DatabaseAlreadyOpen => OpenError::InUse(dir.into()),
             e => db_err(&path, e),
         };
+        let dir_lock = std::fs::File::open(dir).map_err(|e| db_err(dir, e))?;
+        match dir_lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(db_err(
+                    dir,
+                    "another `ringd recover` works on this data directory; wait for it to end",
+                ));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(db_err(dir, e)),
+        }
         let db = match ReadOnlyDatabase::open(&path) {
             Ok(db) => Handle::ReadOnly(db),
             // Not closed cleanly: repair it in place, as ringd's next start would.
@@ -172,6 +187,7 @@ impl OfflineDb {
         let this = Self {
             db,
             dir: dir.to_path_buf(),
+            _dir_lock: dir_lock,
         };
         let found = this
             .read_meta_u64(KEY_NODE_ID)?
@@ -313,6 +329,26 @@ impl OfflineDb {
             Err(redb::TableError::TableDoesNotExist(_)) => {}
             Err(e) => return Err(db_err(&path, e)),
         }
+        // The log must go on where the snapshot or the purge point ends: a state built over a
+        // gap would silently miss the entries in it.
+        let floor = last_purged.map(|l| l.index()).max(
+            snapshot
+                .as_ref()
+                .and_then(|(m, _)| m.last_log_id.map(|l| l.index())),
+        );
+        if let (Some(floor), Some(first)) = (floor, entries.first())
+            && first.index() > floor + 1
+        {
+            return Err(db_err(
+                &path,
+                format!(
+                    "the log starts at entry {}, but the snapshot and the purged log end at entry {floor}: entries {} to {} are missing",
+                    first.index(),
+                    floor + 1,
+                    first.index() - 1
+                ),
+            ));
+        }
         Ok(Stored {
             member_id,
             vote,
@@ -339,6 +375,8 @@ impl OfflineDb {
         let result = (|| {
             create_file(&fresh, id, start)?;
             std::fs::hard_link(&path, backup).map_err(|e| io("keep the old data", backup, e))?;
+            // The backup name is durable before the rename takes the old file's name away.
+            crate::recovery::sync_dir(&path).map_err(|e| io("sync the directory", &path, e))?;
             std::fs::rename(&fresh, &path)
                 .map_err(|e| io("put the new data in place", &path, e))?;
             crate::recovery::sync_dir(&path).map_err(|e| io("sync the directory", &path, e))
@@ -457,5 +495,32 @@ mod tests {
         assert_eq!(refused, 1);
         assert_eq!(stored.last_log_id(), Some(log_id(4, 1, 3)));
         assert_eq!(stored.highest_term(), 5, "the vote's term counts too");
+    }
+
+    #[test]
+    fn a_log_that_does_not_go_on_from_the_purge_point_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = crate::raft::storage::open(dir.path(), 1).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut meta = txn.open_table(META).unwrap();
+                let purged = encode("last purged log id", &log_id(1, 1, 2)).unwrap();
+                meta.insert(KEY_LAST_PURGED, purged.as_slice()).unwrap();
+                let mut log = txn.open_table(LOG).unwrap();
+                for i in [5, 6] {
+                    let e = encode(
+                        "log entry",
+                        &entry(1, i, Command::SetPaused { paused: true }),
+                    )
+                    .unwrap();
+                    log.insert(i, e.as_slice()).unwrap();
+                }
+            }
+            txn.commit().unwrap();
+        }
+        let db = OfflineDb::open_existing(dir.path(), 1).unwrap();
+        let err = db.read().unwrap_err().to_string();
+        assert!(err.contains("entries 3 to 4 are missing"), "{err}");
     }
 }

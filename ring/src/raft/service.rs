@@ -179,7 +179,13 @@ impl PeerService {
         }
     }
 
-    fn check_addressing(&self, from: NodeId, to: NodeId, codec: u32) -> Result<(), Status> {
+    fn check_addressing(
+        &self,
+        from: NodeId,
+        to: NodeId,
+        codec: u32,
+        generation: u64,
+    ) -> Result<(), Status> {
         if to != self.me {
             return Err(Status::failed_precondition(format!(
                 "message from member {from} is addressed to member {to}, but this is member {}",
@@ -197,7 +203,7 @@ impl PeerService {
                 "message from member {from} uses codec {codec}; this member speaks {CODEC_VERSION}"
             )));
         }
-        Ok(())
+        check_generation(from, generation, self.state.read(|a| a.state.generation()))
     }
 
     /// Checks sender, addressing and codec; returns the sender and the decoded payload.
@@ -208,7 +214,7 @@ impl PeerService {
     ) -> Result<(NodeId, T), Status> {
         self.check_sender(ConnInfo::of(&request), request.get_ref().from)?;
         let msg = request.into_inner();
-        self.check_addressing(msg.from, msg.to, msg.codec)?;
+        self.check_addressing(msg.from, msg.to, msg.codec, msg.generation)?;
         let value =
             decode(what, &msg.payload).map_err(|e| Status::invalid_argument(e.to_string()))?;
         Ok((msg.from, value))
@@ -226,6 +232,7 @@ impl PeerService {
             to,
             codec: CODEC_VERSION,
             payload,
+            generation: self.state.read(|a| a.state.generation()),
         }))
     }
 }
@@ -281,7 +288,7 @@ impl pb::raft_server::Raft for PeerService {
             }
         };
         self.check_sender(info.as_ref(), header.from)?;
-        self.check_addressing(header.from, header.to, header.codec)?;
+        self.check_addressing(header.from, header.to, header.codec, header.generation)?;
         if header.total_bytes > MAX_SNAPSHOT_BYTES {
             return Err(Status::resource_exhausted(format!(
                 "snapshot of {} bytes exceeds the limit of {MAX_SNAPSHOT_BYTES} bytes",
@@ -348,7 +355,7 @@ impl pb::raft_server::Raft for PeerService {
         self.check_sender(ConnInfo::of(&request), request.get_ref().from)?;
         let msg = request.into_inner();
         let from = msg.from;
-        self.check_addressing(msg.from, msg.to, msg.codec)?;
+        self.check_addressing(msg.from, msg.to, msg.codec, msg.generation)?;
         let leader_id = self.raft.metrics().borrow_watched().current_leader;
         let reply = self.state.read(|a| PingReply {
             leader_id,
@@ -365,7 +372,7 @@ impl pb::raft_server::Raft for PeerService {
     ) -> Result<Response<pb::ForwardReply>, Status> {
         self.check_sender(ConnInfo::of(&request), request.get_ref().from)?;
         let req = request.into_inner();
-        self.check_addressing(req.from, req.to, CODEC_VERSION)?;
+        self.check_addressing(req.from, req.to, CODEC_VERSION, req.generation)?;
         let response = self.handlers.forward.handle(req).await?;
         Ok(Response::new(pb::ForwardReply { response }))
     }
@@ -377,5 +384,51 @@ impl pb::raft_server::Raft for PeerService {
         let (from, req): (NodeId, RenewRequest) = self.open(request, "renew request")?;
         let reply = self.handlers.renew.renew(from, req).await?;
         self.reply(from, "renew reply", &reply)
+    }
+}
+
+/// Refuses a message whose sender belongs to another incarnation of the ring
+/// ([`RingState::generation`](crate::core::RingState::generation)): 0 on either side (a member
+/// without state yet) is accepted. A sender from before a recovery was removed by it (perhaps
+/// without the ring knowing its id): it is told so with [`REMOVED_MARKER`], which makes it stop.
+/// A sender from after a recovery that this member predates is refused without the marker: the
+/// stale one here must not stop a member of the recovered ring.
+fn check_generation(from: NodeId, theirs: u64, ours: u64) -> Result<(), Status> {
+    if theirs == 0 || ours == 0 || theirs == ours {
+        return Ok(());
+    }
+    if theirs < ours {
+        return Err(Status::failed_precondition(format!(
+            "{REMOVED_MARKER}: member {from} keeps the ring's state from before a recovery \
+             (its generation {theirs}, the ring's {ours}): the recovery removed it; wipe its data \
+             directory and add it again under a new id to rejoin"
+        )));
+    }
+    Err(Status::failed_precondition(format!(
+        "member {from} belongs to the ring as recovered (generation {theirs}), and this member \
+         keeps its state from before that recovery (generation {ours}): this member was removed; \
+         stop it and wipe its data directory"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_members_of_another_ring_generation_are_refused() {
+        // No state on either side, or the same generation: accepted.
+        for (theirs, ours) in [(0, 0), (0, 2), (3, 0), (1, 1), (4, 4)] {
+            assert!(check_generation(7, theirs, ours).is_ok(), "{theirs} {ours}");
+        }
+        // From before a recovery: told it was removed (it stops on the marker).
+        let older = check_generation(7, 1, 2).unwrap_err();
+        assert_eq!(older.code(), tonic::Code::FailedPrecondition);
+        assert!(older.message().starts_with(REMOVED_MARKER), "{older:?}");
+        assert!(older.message().contains("member 7"), "{older:?}");
+        // From after a recovery this member predates: refused, but the sender is not stopped.
+        let newer = check_generation(7, 3, 2).unwrap_err();
+        assert_eq!(newer.code(), tonic::Code::FailedPrecondition);
+        assert!(!newer.message().contains(REMOVED_MARKER), "{newer:?}");
     }
 }

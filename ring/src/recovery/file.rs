@@ -285,14 +285,16 @@ pub fn read(path: &Path) -> Result<(FileHeader, Applied), FileError> {
     decode(path, &bytes)
 }
 
-/// Writes `header` and `body` to `path`, which must not exist: to `path.tmp` first, fsynced,
-/// then renamed into place and the directory fsynced.
+/// Writes `header` and `body` to `path`, which must not exist: to a temporary file of this
+/// process beside it first, fsynced, then linked to `path` (which fails, changing nothing, when
+/// `path` appeared meanwhile: an existing file is never overwritten), the temporary name
+/// removed and the directory fsynced.
 pub fn write(path: &Path, header: &FileHeader, body: &[u8]) -> Result<(), FileError> {
     if path.exists() {
         return Err(FileError::Exists(path.into()));
     }
     let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
+    tmp.push(format!(".tmp-{}", std::process::id()));
     let tmp = PathBuf::from(tmp);
     let write_err = |p: &Path| {
         let p = p.to_path_buf();
@@ -301,21 +303,25 @@ pub fn write(path: &Path, header: &FileHeader, body: &[u8]) -> Result<(), FileEr
     let result = (|| {
         let mut file = std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .open(&tmp)
             .map_err(write_err(&tmp))?;
         file.write_all(&encode(header, body))
             .map_err(write_err(&tmp))?;
         file.sync_all().map_err(write_err(&tmp))?;
         drop(file);
-        std::fs::rename(&tmp, path).map_err(write_err(path))?;
-        super::sync_dir(path).map_err(write_err(path))
+        std::fs::hard_link(&tmp, path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                FileError::Exists(path.into())
+            } else {
+                write_err(path)(e)
+            }
+        })?;
+        Ok(())
     })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    let _ = std::fs::remove_file(&tmp);
+    result?;
+    super::sync_dir(path).map_err(write_err(path))
 }
 
 #[cfg(test)]

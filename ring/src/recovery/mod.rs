@@ -40,14 +40,20 @@
 //! - **Removed members never come back.** Their ids are retired like `ringctl member remove`
 //!   does: peers refuse their messages (they exit with status 3) and `member add` refuses the
 //!   ids. Their old data directories must be wiped; the confirmation says so.
+//! - **Nor do members the survivor never heard of.** Entries only the lost members had may
+//!   have added a member whose id the survivor cannot retire. The recovery raises the ring's
+//!   generation ([`RingState::generation`]), which every peer message carries: a member that
+//!   kept the state from before the recovery is refused by generation, told it was removed,
+//!   and exits with status 3 too.
 //! - **No control plane is served twice.** A control plane hosted on a removed member loses
-//!   its host at the next epoch and keeps that member in its `fencing` set (unless it was
-//!   judged lost before, which means its lease had run out already). Nobody can know when that
-//!   member last renewed its lease, only that it cannot have renewed since the old majority was
-//!   lost, which is before the recovery. So the recovered ring's leader releases it only after
-//!   it has itself watched the set for `lease + fence + clock margin` (its controller's normal
-//!   time-based release), and only then places the control plane (see
-//!   [`crate::core::controller`]). A fresh member that reuses a removed member's name is
+//!   its host at the next epoch. Every control plane then without a host (these, and those
+//!   unplaced before) gets every removed member in its `fencing` set: entries only the lost
+//!   members had may have placed it on any of them, even on one this state judges lost. Nobody
+//!   can know when such a member last renewed its lease, only that it cannot have renewed
+//!   since the old majority was lost, which is before the recovery. So the recovered ring's
+//!   leader releases them only after it has itself watched the set for `lease + fence + clock
+//!   margin` (its controller's normal time-based release), and only then places the control
+//!   plane (see [`crate::core::controller`]). A fresh member that reuses a removed member's name is
 //!   refused while some control plane still waits for that name, so its renewals cannot be
 //!   mistaken for the old member's.
 //! - **The survivor's control planes keep their host and epoch.** Its agent renews as usual once

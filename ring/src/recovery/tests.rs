@@ -134,8 +134,16 @@ async fn a_recovered_data_directory_starts_as_a_one_member_ring_with_its_history
     drop(plan_recover(&config, &request).unwrap());
     assert!(std::fs::read(dir.join(DB_FILE)).unwrap() == before);
     let (db, plan) = plan_recover(&config, &request).unwrap();
-    // While planned, the directory is locked: ringd could not start on it.
+    // While planned, the directory is locked: ringd could not start on it, and a second
+    // recovery could not work on it at the same time.
     assert!(matches!(storage::open(&dir, 1), Err(OpenError::InUse(_))));
+    let second = plan_recover(&config, &request)
+        .err()
+        .expect("a second recovery waits");
+    assert!(
+        second.to_string().contains("another `ringd recover`"),
+        "{second}"
+    );
     assert!(!db.was_repaired(), "ringd stopped cleanly");
     let text = plan.describe(&Timing::loopback());
     for needed in [

@@ -583,11 +583,15 @@ fn ring3_with_control_planes() -> RingState {
 fn recovery_keeps_the_survivors_control_planes_and_fences_the_removed_hosts() {
     let mut state = ring3_with_control_planes();
     let before = state.clone();
+    assert_eq!(RingState::default().generation(), 0, "no state yet");
+    assert_eq!(before.generation(), 1, "the ring as formed");
     let mut survivor = spec(1, "a", "zone-a");
     survivor.address = "10.9.9.9:7401".into();
     state
         .recover(21, &proposal(recover_command(survivor, vec![2, 3])))
         .unwrap();
+    // A new incarnation: members that kept the old state no longer reach it.
+    assert_eq!(state.generation(), 2);
 
     // One member left, the only voter, at its new address; the others retired.
     assert_eq!(state.members.keys().copied().collect::<Vec<_>>(), vec![1]);
@@ -597,14 +601,18 @@ fn recovery_keeps_the_survivors_control_planes_and_fences_the_removed_hosts() {
 
     // y stays as it was: same host, same epoch, still running.
     assert_eq!(state.control_planes["y"], before.control_planes["y"]);
-    // x lost its host b: unplaced at the next epoch, b fencing it (nobody knows when b last
-    // renewed), its migration from b.
+    // x lost its host b: unplaced at the next epoch, every removed member fencing it (nobody
+    // knows when b last renewed, nor where entries only b and c had placed it), its migration
+    // from b.
     let x = &state.control_planes["x"];
     assert_eq!(
         (x.host.as_deref(), x.phase, x.epoch),
         (None, Phase::Unplaced, 2)
     );
-    assert_eq!(x.fencing, BTreeSet::from(["b".to_string()]));
+    assert_eq!(
+        x.fencing,
+        BTreeSet::from(["b".to_string(), "c".to_string()])
+    );
     assert_eq!(x.migration.as_ref().unwrap().from.as_deref(), Some("b"));
     assert!(
         x.unplaced_reason
