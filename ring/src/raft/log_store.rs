@@ -63,6 +63,9 @@ struct Shared {
     /// Tests: the flusher's next batch fails as a disk error would.
     #[cfg(test)]
     fail_next_batch: std::sync::atomic::AtomicBool,
+    /// Tests: the flusher panics while writing its next batch.
+    #[cfg(test)]
+    panic_next_batch: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -539,7 +542,28 @@ fn run_flusher(db: &Weak<Database>, queue: &mpsc::Receiver<(u64, Op)>, shared: &
             {
                 Err(io::Error::other("injected write failure"))
             }
-            None => write_batch(db, &batch, committed, &mut written),
+            // A panic while writing (in redb or the codec) becomes this batch's error, so every
+            // waiting call and openraft hear of it instead of waiting for ever.
+            None => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                #[cfg(test)]
+                if shared
+                    .panic_next_batch
+                    .swap(false, std::sync::atomic::Ordering::SeqCst)
+                {
+                    panic!("injected panic while writing");
+                }
+                write_batch(db, &batch, committed, &mut written)
+            }))
+            .unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".into());
+                Err(io::Error::other(format!(
+                    "storage: writing the Raft log panicked: {what}"
+                )))
+            }),
         };
         match &result {
             Ok(()) => {
@@ -751,6 +775,29 @@ mod tests {
         assert_eq!(indexes(&mut store, 0..10).await, expect(1, 1..3));
         assert_eq!(store.read_committed().await.unwrap(), None);
         assert_eq!(store.read_vote().await.unwrap(), None);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panic_while_writing_is_reported_as_an_error_not_a_hang() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = storage::open(dir.path(), 1).unwrap();
+        let mut store = LogStore::new(db).unwrap();
+        store
+            .shared
+            .panic_next_batch
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let flushed = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            append(&mut store, vec![entry(1, 1)]).await,
+        )
+        .await
+        .expect("reported, not dropped")
+        .unwrap();
+        let err = flushed.expect_err("a panic is a failure");
+        assert!(err.to_string().contains("panicked: injected"), "{err}");
+        // Latched like any failure; the flusher thread is still there to say so.
+        let vote = store.save_vote(&Vote::new(2, 1)).await.unwrap_err();
+        assert!(vote.to_string().contains("panicked"), "{vote}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
