@@ -572,8 +572,11 @@ where
     })
 }
 
-/// Keeps the ring generation the peer requests carry equal to the applied state's (it changes
-/// when the founders are registered; a recovery changes it offline, before `ringd` starts).
+/// Keeps the ring generation the peer requests carry equal to the applied state's until it is
+/// known: it goes from 0 once, when the founders are registered or a first snapshot arrives,
+/// and never changes while `ringd` runs after that (a recovery is applied offline, and a peer
+/// of another generation is refused before its snapshot could be installed). So this watches
+/// the applied index only while the generation is 0.
 async fn keep_generation(
     state: StateMachineStore,
     pool: Arc<PeerPool>,
@@ -581,7 +584,11 @@ async fn keep_generation(
 ) {
     let mut applied = state.watch_applied();
     loop {
-        pool.set_generation(state.read(|a| a.state.generation()));
+        let generation = state.read(|a| a.state.generation());
+        pool.set_generation(generation);
+        if generation != 0 {
+            return;
+        }
         tokio::select! {
             changed = applied.changed() => if changed.is_err() { return },
             _ = stopped.wait_for(|s| *s) => return,

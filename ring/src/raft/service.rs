@@ -192,7 +192,10 @@ impl PeerService {
                 self.me
             )));
         }
-        if self.state.read(|a| a.state.retired_ids.contains(&from)) {
+        let (retired, ours) = self
+            .state
+            .read(|a| (a.state.retired_ids.contains(&from), a.state.generation()));
+        if retired {
             return Err(Status::failed_precondition(format!(
                 "{REMOVED_MARKER}: member {from} was removed from the ring and its id is retired; \
                  wipe its data directory and add it again under a new id to rejoin"
@@ -203,7 +206,7 @@ impl PeerService {
                 "message from member {from} uses codec {codec}; this member speaks {CODEC_VERSION}"
             )));
         }
-        check_generation(from, generation, self.state.read(|a| a.state.generation()))
+        check_generation(from, generation, ours)
     }
 
     /// Checks sender, addressing and codec; returns the sender and the decoded payload.
@@ -232,7 +235,8 @@ impl PeerService {
             to,
             codec: CODEC_VERSION,
             payload,
-            generation: self.state.read(|a| a.state.generation()),
+            // Only requests are checked; a reply carries none.
+            generation: 0,
         }))
     }
 }
