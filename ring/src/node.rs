@@ -231,7 +231,7 @@ impl Member {
             _ => None,
         };
 
-        let log_store = LogStore::new(db.clone())
+        let log_store = LogStore::new(db.clone(), &config.data_dir)
             .map_err(|e| StartError::Raft(format!("cannot start the log store: {e}")))?;
         let state = StateMachineStore::open(db)
             .await

@@ -313,17 +313,20 @@ async fn the_host_reports_its_snapshots_age_and_stops_when_the_control_plane_lea
 
     // a hosts e1: it reports the age of e1's newest snapshot, which stays under the interval
     // (plus the time a snapshot takes); b and c report none.
+    // A new snapshot shows as the age going down from one reading to the next.
     let mut ages = Vec::new();
+    let mut previous: Option<f64> = None;
     eventually(
         Duration::from_secs(30),
         "a took three snapshots of e1",
         || {
             let age =
                 http_get(metrics[0], "/metrics").and_then(|(_, body)| snapshot_age(&body, "e1"));
-            if let Some(age) = age
-                && ages.last().is_none_or(|last| age < *last)
-            {
-                ages.push(age);
+            if let Some(age) = age {
+                if previous.is_some_and(|p| age < p) {
+                    ages.push(age);
+                }
+                previous = Some(age);
             }
             let done = ages.len() >= 3;
             async move { done.then_some(()) }

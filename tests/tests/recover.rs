@@ -323,9 +323,13 @@ async fn two_of_three_destroyed_recover_on_the_survivor_and_two_fresh_members_jo
     let kept: Vec<PathBuf> = std::fs::read_dir(data)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().contains("ring.redb.before-recover-"))
+        .filter(|p| p.to_string_lossy().contains(".before-recover-"))
         .collect();
-    assert_eq!(kept.len(), 1, "the previous data is kept: {kept:?}");
+    assert_eq!(
+        kept.len(),
+        2,
+        "the previous data (ring.redb and raft.wal) is kept: {kept:?}"
+    );
 
     let started_ms = unix_ms();
     let started = Instant::now();
@@ -478,22 +482,30 @@ async fn bad_input_changes_nothing() {
     );
     assert!(ring.procs[0].terminate().is_some());
     let db = ring.procs[0].config.data_dir.join("ring.redb");
-    let original = std::fs::read(&db).unwrap();
+    let wal = ring.procs[0].config.data_dir.join("raft.wal");
+    let original = (std::fs::read(&db).unwrap(), std::fs::read(&wal).unwrap());
     // Without --yes, a wrong answer or none: nothing changes, byte for byte.
     for answer in ["nope\n", "b\n", ""] {
         let out = ringd_recover(&ring.procs[0], &[], answer);
         one_line_error(&out, "not confirmed");
         assert!(text(&out.stdout).contains("Type the member name \"a\""));
         assert!(
-            std::fs::read(&db).unwrap() == original,
-            "answer {answer:?} changed the file"
+            (std::fs::read(&db).unwrap(), std::fs::read(&wal).unwrap()) == original,
+            "answer {answer:?} changed the files"
         );
     }
-    let files: Vec<_> = std::fs::read_dir(&ring.procs[0].config.data_dir)
+    let mut files: Vec<_> = std::fs::read_dir(&ring.procs[0].config.data_dir)
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    assert_eq!(files, vec![std::ffi::OsString::from("ring.redb")]);
+    files.sort();
+    assert_eq!(
+        files,
+        vec![
+            std::ffi::OsString::from("raft.wal"),
+            std::ffi::OsString::from("ring.redb")
+        ]
+    );
 
     // Restores of damaged files, into a busy directory, as an unknown or a removed member.
     let target = ring.dir.path().join("restored");
@@ -547,7 +559,7 @@ async fn bad_input_changes_nothing() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
     // The data is what it was, and a starts on it as before.
-    assert!(std::fs::read(&db).unwrap() == original);
+    assert!((std::fs::read(&db).unwrap(), std::fs::read(&wal).unwrap()) == original);
     ring.procs[0].spawn();
     eventually(FORM, "a leads again", || async {
         (status(&ring.procs[0]).await.ok()?.leader_id == 1).then_some(())

@@ -181,8 +181,12 @@ fn recover(args: RecoverArgs) -> ExitCode {
             .map_err(|e| e.to_string())?;
             println!();
         }
-        let backup = recovery::apply_recover(db, &plan, request.at_ms)
+        let (backup, backup_wal) = recovery::apply_recover(db, &plan, request.at_ms)
             .map_err(|e| format!("recovery failed: {e}"))?;
+        let kept = match backup_wal {
+            Some(wal) => format!("{} with {}", backup.display(), wal.display()),
+            None => backup.display().to_string(),
+        };
         let at = plan
             .start
             .applied
@@ -190,11 +194,10 @@ fn recover(args: RecoverArgs) -> ExitCode {
             .map(|l| l.index)
             .unwrap_or(0);
         Ok(format!(
-            "recovered: {} (id {}) is now a one-member ring at log index {at}; the previous data is kept as {}.\n\
+            "recovered: {} (id {}) is now a one-member ring at log index {at}; the previous data is kept as {kept}.\n\
              Next: start it with `ringd --config {}`, then add fresh members with `ringctl member add` (new ids).",
             plan.survivor.name,
             plan.survivor.id,
-            backup.display(),
             args.config.display()
         ))
     };

@@ -6,13 +6,18 @@
 //! fail), so the file stays byte for byte as it was until the operator confirms. Only a file
 //! that was not closed cleanly (its `ringd` crashed) is opened for writing instead, which
 //! repairs it in place exactly as `ringd`'s own next start would; its content does not change.
+//! The newest log entries may still be in the write-ahead file ([`super::wal`]): reading takes
+//! them from there, as `ringd`'s start would, without writing either file.
 //!
 //! Writing never touches the existing file: a new one is built next to it with the new starting
 //! point ([`StartingPoint`]): a snapshot of the ring's state with its Raft membership, that
 //! snapshot's log id as the committed and last purged log id, an empty log and a fresh vote,
-//! committed with `Durability::Immediate` (fsync). Then the old file is hard-linked to its
-//! backup name and the new one renamed over `ring.redb` and the directory fsynced, so a crash
-//! leaves either the old data or the new under `ring.redb`, never a mix and never nothing.
+//! committed with `Durability::Immediate` (fsync); it records no WAL, so the old `raft.wal`
+//! is not its own and the next start replaces it. Then the old file is hard-linked to its
+//! backup name (and the old `raft.wal`, when the old file records one, to the backup name of
+//! the WAL: the two go back together) and the new one renamed over `ring.redb` and the
+//! directory fsynced, so a crash leaves either the old data or the new under `ring.redb`,
+//! never a mix and never nothing.
 //!
 //! This is exactly the shape of a member that snapshotted and purged its whole log, so the
 //! normal start-up path takes it as is: [`StateMachineStore::open`](super::StateMachineStore)
@@ -32,6 +37,7 @@ use super::storage::{
     KEY_SNAPSHOT_META, KEY_VOTE, LOG, META, OpenError,
 };
 use super::types::{Entry, LogId, SnapshotMeta, Vote};
+use super::wal;
 
 /// Everything a data directory holds.
 #[derive(Debug, Clone)]
@@ -294,40 +300,54 @@ impl OfflineDb {
             }
         };
         let txn = self.db.begin_read().map_err(|e| db_err(&path, e))?;
-        let mut entries: Vec<Entry> = Vec::new();
+        let mut by_index: std::collections::BTreeMap<u64, Entry> = Default::default();
         match txn.open_table(LOG) {
             Ok(log) => {
                 for item in log.iter().map_err(|e| db_err(&path, e))? {
                     let (k, v) = item.map_err(|e| db_err(&path, e))?;
                     let entry: Entry =
                         decode("log entry", v.value()).map_err(|e| db_err(&path, e))?;
-                    if entry.index() != k.value() {
-                        return Err(db_err(
-                            &path,
-                            format!(
-                                "log entry stored at {} claims index {}",
-                                k.value(),
-                                entry.index()
-                            ),
-                        ));
-                    }
-                    if let Some(prev) = entries.last()
-                        && entry.index() != prev.index() + 1
-                    {
-                        return Err(db_err(
-                            &path,
-                            format!(
-                                "the log has a hole: entry {} follows {}",
-                                entry.index(),
-                                prev.index()
-                            ),
-                        ));
-                    }
-                    entries.push(entry);
+                    by_index.insert(k.value(), entry);
                 }
             }
             Err(redb::TableError::TableDoesNotExist(_)) => {}
             Err(e) => return Err(db_err(&path, e)),
+        }
+        // The WAL's entries and committed log id, newer than redb's, as a fold would write them.
+        let mut committed = committed;
+        let wal_path = self.dir.join(wal::WAL_FILE);
+        let recorded = wal::recorded(&txn).map_err(|e| db_err(&path, e))?;
+        for record in wal::read(&self.dir, recorded).map_err(|e| db_err(&wal_path, e))? {
+            for (index, bytes) in record.entries {
+                let entry: Entry = decode("log entry", &bytes).map_err(|e| db_err(&wal_path, e))?;
+                by_index.insert(index, entry);
+            }
+            if let Some(bytes) = record.committed {
+                committed = decode::<Option<LogId>>("committed log id", &bytes)
+                    .map_err(|e| db_err(&wal_path, e))?;
+            }
+        }
+        let mut entries: Vec<Entry> = Vec::with_capacity(by_index.len());
+        for (index, entry) in by_index {
+            if entry.index() != index {
+                return Err(db_err(
+                    &path,
+                    format!("log entry stored at {index} claims index {}", entry.index()),
+                ));
+            }
+            if let Some(prev) = entries.last()
+                && entry.index() != prev.index() + 1
+            {
+                return Err(db_err(
+                    &path,
+                    format!(
+                        "the log has a hole: entry {} follows {}",
+                        entry.index(),
+                        prev.index()
+                    ),
+                ));
+            }
+            entries.push(entry);
         }
         // The log must go on where the snapshot or the purge point ends: a state built over a
         // gap would silently miss the entries in it.
@@ -360,14 +380,26 @@ impl OfflineDb {
     }
 
     /// Replaces the directory's database with a new file holding `start` (see the module
-    /// docs); the old file stays, unchanged, as `backup` (a hard link). Returns `backup`.
-    pub fn replace_with(self, start: &StartingPoint, backup: &Path) -> Result<(), OpenError> {
+    /// docs); the old file stays, unchanged, as `backup` (a hard link), and so does the old
+    /// `raft.wal` as `backup_wal` when the old file records one. Returns whether it did.
+    pub fn replace_with(
+        self,
+        start: &StartingPoint,
+        backup: &Path,
+        backup_wal: &Path,
+    ) -> Result<bool, OpenError> {
         let path = self.path();
         let io = |what: &str, p: &Path, e: std::io::Error| db_err(p, format!("{what}: {e}"));
-        if backup.exists() {
-            return Err(db_err(backup, "exists already"));
+        for b in [backup, backup_wal] {
+            if b.exists() {
+                return Err(db_err(b, "exists already"));
+            }
         }
         let id = self.read_meta_u64(KEY_NODE_ID)?.unwrap_or_default();
+        let has_wal = {
+            let txn = self.db.begin_read().map_err(|e| db_err(&path, e))?;
+            wal::recorded(&txn).map_err(|e| db_err(&path, e))?.is_some()
+        };
         let fresh = self
             .dir
             .join(format!(".{DB_FILE}.recovering-{}", std::process::id()));
@@ -375,6 +407,11 @@ impl OfflineDb {
         let result = (|| {
             create_file(&fresh, id, start)?;
             std::fs::hard_link(&path, backup).map_err(|e| io("keep the old data", backup, e))?;
+            if has_wal {
+                let wal = self.dir.join(wal::WAL_FILE);
+                std::fs::hard_link(&wal, backup_wal)
+                    .map_err(|e| io("keep the old write-ahead file", backup_wal, e))?;
+            }
             // The backup name is durable before the rename takes the old file's name away.
             crate::recovery::sync_dir(&path).map_err(|e| io("sync the directory", &path, e))?;
             std::fs::rename(&fresh, &path)
@@ -385,7 +422,7 @@ impl OfflineDb {
             let _ = std::fs::remove_file(&fresh);
         }
         drop(self);
-        result
+        result.map(|()| has_wal)
     }
 }
 
@@ -522,5 +559,45 @@ mod tests {
         let db = OfflineDb::open_existing(dir.path(), 1).unwrap();
         let err = db.read().unwrap_err().to_string();
         assert!(err.contains("entries 3 to 4 are missing"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod wal_tests {
+    use openraft::EntryPayload;
+    use openraft::storage::{IOFlushed, RaftLogStorage};
+    use openraft::type_config::TypeConfigExt;
+
+    use super::*;
+    use crate::raft::types::{TypeConfig, log_id};
+    use crate::raft::{LogStore, storage};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn entries_still_in_the_wal_are_read_and_neither_file_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = storage::open(dir.path(), 1).unwrap();
+            let mut store = LogStore::new(db, dir.path()).unwrap();
+            for i in 1..=3 {
+                let (tx, rx) = TypeConfig::oneshot();
+                let e = Entry {
+                    log_id: log_id(1, 1, i),
+                    payload: EntryPayload::Blank,
+                };
+                store.append(vec![e], IOFlushed::signal(tx)).await.unwrap();
+                rx.await.unwrap().unwrap();
+            }
+            store.save_committed(Some(log_id(1, 1, 2))).await.unwrap();
+        }
+        let files = |d: &Path| [DB_FILE, wal::WAL_FILE].map(|f| std::fs::read(d.join(f)).unwrap());
+        let before = files(dir.path());
+        let stored = OfflineDb::open_existing(dir.path(), 1)
+            .unwrap()
+            .read()
+            .unwrap();
+        let indexes: Vec<u64> = stored.entries.iter().map(RaftEntry::index).collect();
+        assert_eq!(indexes, vec![1, 2, 3]);
+        assert_eq!(stored.committed, Some(log_id(1, 1, 2)));
+        assert!(files(dir.path()) == before, "reading wrote nothing");
     }
 }

@@ -25,6 +25,9 @@ pub(crate) const KEY_COMMITTED: &str = "committed";
 pub(crate) const KEY_LAST_PURGED: &str = "last_purged";
 pub(crate) const KEY_SNAPSHOT_META: &str = "snapshot_meta";
 pub(crate) const KEY_SNAPSHOT_DATA: &str = "snapshot_data";
+/// The write-ahead file holding the newest log entries: its id and generation (see
+/// [`super::wal`]).
+pub(crate) const KEY_WAL: &str = "wal";
 
 /// redb's page cache (reads and the write buffer). redb's default is 1 GiB, which it fills
 /// with every log page it ever wrote or read; ringd keeps its state in memory and reads the

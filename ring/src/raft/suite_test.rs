@@ -16,7 +16,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> fo
         let sm = StateMachineStore::open(db.clone())
             .await
             .expect("open state machine");
-        Ok((dir, LogStore::new(db).expect("start the log store"), sm))
+        let log = LogStore::new(db, dir.path()).expect("start the log store");
+        Ok((dir, log, sm))
     }
 }
 

@@ -299,14 +299,23 @@ pub fn plan_recover(config: &Config, request: &Request) -> Result<(OfflineDb, Pl
 
 /// Carries out a planned `ringd recover`: a new database file with the starting point
 /// replaces the old one, which is kept, unchanged, as
-/// `<data_dir>/ring.redb.before-recover-<at_ms>` (see [`crate::raft::offline`]). Returns the
-/// old file's new name.
-pub fn apply_recover(db: OfflineDb, plan: &Plan, at_ms: u64) -> Result<PathBuf, RecoverError> {
+/// `<data_dir>/ring.redb.before-recover-<at_ms>`, and with it its write-ahead file as
+/// `<data_dir>/raft.wal.before-recover-<at_ms>` (see [`crate::raft::offline`]). Returns what
+/// was kept: the old database's new name, and the old WAL's when there was one.
+pub fn apply_recover(
+    db: OfflineDb,
+    plan: &Plan,
+    at_ms: u64,
+) -> Result<(PathBuf, Option<PathBuf>), RecoverError> {
     let backup = plan
         .data_dir
         .join(format!("{DB_FILE}.before-recover-{at_ms}"));
-    db.replace_with(&plan.start, &backup)?;
-    Ok(backup)
+    let backup_wal = plan.data_dir.join(format!(
+        "{}.before-recover-{at_ms}",
+        crate::raft::wal::WAL_FILE
+    ));
+    let had_wal = db.replace_with(&plan.start, &backup, &backup_wal)?;
+    Ok((backup, had_wal.then_some(backup_wal)))
 }
 
 /// Fails unless `dir` does not exist or is an empty directory.

@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::*;
 use crate::core::{ControlPlaneSpec, Health};
 use crate::raft::network::{PeerNetwork, PeerPool};
+use crate::raft::wal::WAL_FILE;
 use crate::raft::{LogStore, RaftNode, StateMachineStore, storage};
 use crate::tls::Security;
 
@@ -46,7 +47,7 @@ async fn start(dir: &Path) -> (RaftNode, StateMachineStore) {
         1,
         Arc::new(config),
         network,
-        LogStore::new(db).expect("start the log store"),
+        LogStore::new(db, dir).expect("start the log store"),
         state.clone(),
     )
     .await
@@ -175,12 +176,17 @@ async fn a_recovered_data_directory_starts_as_a_one_member_ring_with_its_history
     plan.confirm(&Timing::loopback(), &mut "a\n".as_bytes(), &mut Vec::new())
         .unwrap();
 
-    let backup = apply_recover(db, &plan, 2_000).unwrap();
+    let wal_before = std::fs::read(dir.join(WAL_FILE)).unwrap();
+    let (backup, backup_wal) = apply_recover(db, &plan, 2_000).unwrap();
     assert!(
         std::fs::read(&backup).unwrap() == before,
         "the original is kept as it was"
     );
     assert!(backup.ends_with("ring.redb.before-recover-2000"));
+    // Its write-ahead file (where its newest entries are) goes with it.
+    let backup_wal = backup_wal.expect("the old database recorded a WAL");
+    assert!(backup_wal.ends_with("raft.wal.before-recover-2000"));
+    assert!(std::fs::read(&backup_wal).unwrap() == wal_before);
 
     // What is on disk now is a snapshot and nothing else.
     let stored = OfflineDb::open_existing(&dir, 1).unwrap().read().unwrap();
