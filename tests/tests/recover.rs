@@ -575,6 +575,11 @@ async fn bad_input_changes_nothing() {
 async fn a_member_the_survivor_never_knew_is_refused_and_stops_after_the_recovery() {
     let mut ring = Ring::start(RingOptions::default());
     ring.wait_leader(&[0, 1, 2], &[], FORM).await;
+    // a has the founders' registration (without it there is no ring to recover from a).
+    eventually(FORM, "a applied the founders' registration", || async {
+        (status(&ring.procs[0]).await.ok()?.members.len() == 3).then_some(())
+    })
+    .await;
     // a is down (its data kept) while b and c add and promote d.
     ring.procs[0].kill9();
     ring.wait_leader(&[1, 2], &[1], FORM).await;
