@@ -33,14 +33,15 @@
 //! - A database that records a WAL whose file is missing, or is another database's file, is
 //!   refused: the newest acknowledged entries could be in it.
 //! - A database that records none (a new one, or one written by `ringd recover` or a snapshot
-//!   restore, or one whose WAL an offline tool folded, [`AfterFold::Detach`]) holds its whole
-//!   log and gets a new file, with a new id: an older `raft.wal` in the directory is not its.
+//!   restore) holds its whole log and gets a new file, with a new id: an older `raft.wal` in
+//!   the directory is not its.
 //!
 //! # When records are folded into redb
 //! The log store folds ([`crate::raft::log_store`]) when a record would not fit, after
 //! [`crate::raft::log_store::FOLD_AFTER_ENTRIES`] entries, and for every change that is not an
 //! append (truncation, purge, vote), which it writes in the same redb transaction. Opening the
-//! store folds what the file holds, and so does opening a data directory offline. So the WAL
+//! store folds what the file holds; offline tools ([`crate::raft::offline`]) read it without
+//! writing it. So the WAL
 //! only ever holds appends made since the last fold, and replaying it needs no truncation or
 //! purge records.
 
@@ -287,7 +288,7 @@ pub fn read(dir: &Path, recorded: Option<(u64, u64)>) -> io::Result<Vec<Record>>
 
 /// Writes `records` into the log and meta tables of `txn` (entries by index; the newest
 /// committed log id) after checking that every entry decodes and sits at its index.
-pub fn fold(txn: &WriteTransaction, records: &[Record]) -> io::Result<()> {
+fn fold(txn: &WriteTransaction, records: &[Record]) -> io::Result<()> {
     let mut log = txn.open_table(LOG).map_err(io_err)?;
     let mut committed = None;
     for record in records {
@@ -324,25 +325,10 @@ pub fn set_recorded(txn: &WriteTransaction, id: u64, generation: u64) -> io::Res
     Ok(())
 }
 
-/// What [`fold_existing`] leaves the database recording.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AfterFold {
-    /// The same file, one generation up: `ringd`, which goes on appending to it.
-    NextGeneration,
-    /// No WAL: the whole log is in redb, and the file stands alone (offline tools, whose
-    /// backup copy of `ring.redb` must not depend on a `raft.wal` that the next start
-    /// replaces).
-    Detach,
-}
-
-/// Folds what the database's WAL holds into it, in one fsynced transaction that also sets what
-/// `after` says; returns the WAL's (id, new generation) for [`AfterFold::NextGeneration`].
-/// Writes nothing, and returns `None`, when the database records no WAL.
-pub fn fold_existing(
-    dir: &Path,
-    db: &Database,
-    after: AfterFold,
-) -> io::Result<Option<(u64, u64)>> {
+/// Folds what the database's WAL holds into it, in one fsynced transaction that raises the
+/// generation; returns the WAL's (id, new generation). Writes nothing, and returns `None`, when
+/// the database records no WAL.
+fn fold_existing(dir: &Path, db: &Database) -> io::Result<Option<(u64, u64)>> {
     let recorded = recorded(&db.begin_read().map_err(io_err)?)?;
     let Some((id, generation)) = recorded else {
         return Ok(None);
@@ -355,17 +341,9 @@ pub fn fold_existing(
     txn.set_durability(redb::Durability::Immediate)
         .map_err(io_err)?;
     fold(&txn, &records)?;
-    match after {
-        AfterFold::NextGeneration => set_recorded(&txn, id, next)?,
-        AfterFold::Detach => {
-            txn.open_table(META)
-                .map_err(io_err)?
-                .remove(KEY_WAL)
-                .map_err(io_err)?;
-        }
-    }
+    set_recorded(&txn, id, next)?;
     txn.commit().map_err(io_err)?;
-    Ok((after == AfterFold::NextGeneration).then_some((id, next)))
+    Ok(Some((id, next)))
 }
 
 /// A random id for a new WAL file.
@@ -382,7 +360,7 @@ impl Wal {
     /// module docs).
     pub fn open(dir: &Path, db: &Database) -> io::Result<Self> {
         let path = dir.join(WAL_FILE);
-        let (id, generation) = match fold_existing(dir, db, AfterFold::NextGeneration)? {
+        let (id, generation) = match fold_existing(dir, db)? {
             Some(found) => found,
             None => {
                 let id = new_id()?;
@@ -449,11 +427,6 @@ impl Wal {
     pub fn folded(&mut self) {
         self.generation += 1;
         self.offset = HEADER_BYTES;
-    }
-
-    /// Bytes of records written since the last fold.
-    pub fn used_bytes(&self) -> u64 {
-        self.offset - HEADER_BYTES
     }
 }
 
@@ -638,6 +611,6 @@ mod tests {
         let mut wal = Wal::open(dir.path(), &db).unwrap();
         let big = vec![0u8; WAL_BYTES as usize];
         assert!(!wal.append(&big).unwrap());
-        assert_eq!(wal.used_bytes(), 0);
+        assert_eq!(wal.offset, HEADER_BYTES, "nothing written");
     }
 }
