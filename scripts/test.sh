@@ -119,8 +119,17 @@ ensure_tools() {
     fi
 }
 
+# A CI run builds once, from a fresh clone: incremental caches (2.7 GB for this workspace)
+# would only take disk there.
+if [ -n "${CI:-}" ]; then
+    export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+fi
+
 banner "checking tools"
 ensure_tools
+# A cold build of the suite writes about 4 GB under target/; say how much room there is, so a
+# "No space left on device" further down is explained at the top of the log.
+df -h . | tail -n 1 | awk '{print "disk: " $4 " free on " $6}'
 
 banner "cargo fmt --all --check"
 cargo fmt --all --check
@@ -212,4 +221,5 @@ else
     banner "ring-chaos skipped: it needs root (network namespaces); CI runs as root"
 fi
 
+echo "target/: $(du -sh target 2>/dev/null | cut -f1)"
 banner "all checks passed"
