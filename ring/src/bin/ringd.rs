@@ -259,6 +259,12 @@ fn main() -> ExitCode {
     if !malloc_settings.is_empty() {
         tracing::debug!("malloc: {}", malloc_settings.join(", "));
     }
+    if garden_ring::allocator::start_trimming() {
+        tracing::debug!(
+            "malloc: free heap pages go back every {:?}",
+            garden_ring::allocator::TRIM_EVERY
+        );
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
