@@ -90,7 +90,8 @@ pub struct Rss {
     pub peak_after_registration_kib: u64,
     /// Largest `VmRSS` sampled during the storm.
     pub storm_max_kib: u64,
-    /// `VmHWM` (peak) at the end of the run.
+    /// `VmHWM` (peak) at the end of the run, counted from the kill: the peak is reset then
+    /// (`/proc/PID/clear_refs`), so registration's own peak, above, is not counted twice.
     pub peak_kib: u64,
 }
 
@@ -214,6 +215,11 @@ fn rss_of(pid: u32) -> Option<(u64, u64)> {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
     };
     Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// Resets `pid`'s `VmHWM` to its current RSS (Linux 4.0 and later).
+fn reset_peak(pid: u32) -> std::io::Result<()> {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")
 }
 
 /// Samples the RSS of every member into `max` (per member) until told to stop.
@@ -538,7 +544,15 @@ async fn measure(
         }
     }
 
-    // The storm.
+    // The storm. Each member's peak is counted from here on: registration's peak is reported
+    // above, on its own.
+    for (name, pid) in &pids {
+        if let Err(e) = reset_peak(*pid) {
+            report.problems.push(format!(
+                "cannot reset {name}'s peak RSS, so its storm peak includes registration: {e}"
+            ));
+        }
+    }
     let storm = Sampler::start(pids.clone());
     let killed_unix = unix_ms();
     let killed = Instant::now();

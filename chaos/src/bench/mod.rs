@@ -482,6 +482,15 @@ fn scale_rows(r: &crate::scale::ScaleReport) -> Vec<Row> {
             Some(SCALE_RSS_GOAL_MIB),
             Goal::AtMost { ratio: 1.0 },
         ));
+        rows.push(Row::new(
+            Part::Scale,
+            format!("RSS {member}{role} peak while registering"),
+            "MiB",
+            Some(mib(rss.peak_after_registration_kib)),
+            "goal",
+            Some(SCALE_RSS_GOAL_MIB),
+            Goal::Info,
+        ));
         if *member != r.victim {
             rows.push(Row::new(
                 Part::Scale,
