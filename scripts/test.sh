@@ -127,7 +127,7 @@ fi
 
 banner "checking tools"
 ensure_tools
-# A cold build of the suite writes about 4 GB under target/; say how much room there is, so a
+# A cold build of the suite writes about 3.5 GB under target/; say how much room there is, so a
 # "No space left on device" further down is explained at the top of the log.
 df -h . | tail -n 1 | awk '{print "disk: " $4 " free on " $6}'
 
