@@ -110,7 +110,11 @@ impl Answers {
     pub fn insert(&mut self, server: SocketAddr, seen: Observed) {
         match self.0.binary_search_by(|(s, _)| s.cmp(&server)) {
             Ok(i) => self.0[i].1 = seen,
-            Err(i) => self.0.insert(i, (server, seen)),
+            Err(i) => {
+                // One more, not room for four: the leader keeps one list per record.
+                self.0.reserve_exact(1);
+                self.0.insert(i, (server, seen));
+            }
         }
     }
 

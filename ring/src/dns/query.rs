@@ -92,6 +92,8 @@ pub async fn observe(
     if values.is_empty() {
         Observed::Nothing
     } else {
+        // The leader keeps one of these per record and server (the keeper's status).
+        values.shrink_to_fit();
         Observed::Values(values)
     }
 }
