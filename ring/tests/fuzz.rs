@@ -793,7 +793,7 @@ fn control_plane_spec() -> BoxedStrategy<ControlPlaneSpec> {
                 name,
                 home,
                 dns_name,
-                endpoints,
+                endpoints: endpoints.into_iter().collect(),
                 backup,
                 backups,
                 host,

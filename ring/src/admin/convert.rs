@@ -26,7 +26,11 @@ pub fn control_plane(cp: &ControlPlane) -> pb::ControlPlane {
         name: cp.name.clone(),
         home: cp.home.clone().unwrap_or_default(),
         dns_name: cp.dns_name.clone(),
-        endpoints: cp.endpoints.clone(),
+        endpoints: cp
+            .endpoints
+            .iter()
+            .map(|(member, endpoint)| (member.clone(), endpoint.clone()))
+            .collect(),
         backup: cp.backup.clone(),
         host: cp.host.clone().unwrap_or_default(),
         epoch: cp.epoch,

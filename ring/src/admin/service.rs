@@ -593,7 +593,12 @@ impl Admin for AdminService {
         let (members, control_planes, paused, applied_index, dns_zone) = self.read(|a| {
             (
                 self.members(a),
-                a.state.control_planes.values().map(control_plane).collect(),
+                a.state
+                    .control_planes
+                    .values()
+                    .map(Box::as_ref)
+                    .map(control_plane)
+                    .collect(),
                 a.state.settings.paused,
                 a.applied_index(),
                 a.state.settings.dns_zone.clone().unwrap_or_default(),
@@ -724,8 +729,14 @@ impl Admin for AdminService {
         request: Request<pb::ControlPlaneListRequest>,
     ) -> Result<Response<pb::ControlPlaneListResponse>, Status> {
         caller(&request, Access::Read)?;
-        let control_planes =
-            self.read(|a| a.state.control_planes.values().map(control_plane).collect());
+        let control_planes = self.read(|a| {
+            a.state
+                .control_planes
+                .values()
+                .map(Box::as_ref)
+                .map(control_plane)
+                .collect()
+        });
         Ok(Response::new(pb::ControlPlaneListResponse {
             control_planes,
         }))
@@ -737,9 +748,15 @@ impl Admin for AdminService {
     ) -> Result<Response<pb::ControlPlane>, Status> {
         caller(&request, Access::Read)?;
         let name = request.into_inner().name;
-        self.read(|a| a.state.control_planes.get(&name).map(control_plane))
-            .map(Response::new)
-            .ok_or_else(|| Status::not_found(format!("unknown control plane {name:?}")))
+        self.read(|a| {
+            a.state
+                .control_planes
+                .get(&name)
+                .map(Box::as_ref)
+                .map(control_plane)
+        })
+        .map(Response::new)
+        .ok_or_else(|| Status::not_found(format!("unknown control plane {name:?}")))
     }
 
     async fn control_plane_add(
@@ -754,7 +771,7 @@ impl Admin for AdminService {
             name: req.name,
             home: non_empty(req.home),
             dns_name: req.dns_name,
-            endpoints: req.endpoints,
+            endpoints: req.endpoints.into_iter().collect(),
             backup: req.backup,
             backups: req.backups.into_iter().collect(),
             host: non_empty(req.host),
@@ -765,7 +782,13 @@ impl Admin for AdminService {
             .propose(actor, req.reason, Command::AddControlPlane(spec))
             .await?;
         self.wait_applied(index).await;
-        let cp = self.read(|a| a.state.control_planes.get(&name).map(control_plane));
+        let cp = self.read(|a| {
+            a.state
+                .control_planes
+                .get(&name)
+                .map(Box::as_ref)
+                .map(control_plane)
+        });
         Ok(Response::new(pb::ControlPlaneResponse {
             control_plane: cp,
             index,
@@ -780,7 +803,13 @@ impl Admin for AdminService {
         to_leader!(self, request, caller, "ControlPlaneRemove");
         let actor = caller.actor;
         let req = request.into_inner();
-        let before = self.read(|a| a.state.control_planes.get(&req.name).map(control_plane));
+        let before = self.read(|a| {
+            a.state
+                .control_planes
+                .get(&req.name)
+                .map(Box::as_ref)
+                .map(control_plane)
+        });
         let index = self
             .propose(
                 actor,
@@ -812,7 +841,13 @@ impl Admin for AdminService {
                 },
             )
             .await?;
-        let cp = self.read(|a| a.state.control_planes.get(&name).map(control_plane));
+        let cp = self.read(|a| {
+            a.state
+                .control_planes
+                .get(&name)
+                .map(Box::as_ref)
+                .map(control_plane)
+        });
         Ok(Response::new(pb::ControlPlaneResponse {
             control_plane: cp,
             index,

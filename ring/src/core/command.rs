@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use super::vec_map::VecMap;
 use serde::{Deserialize, Serialize};
 
 use super::NodeId;
@@ -97,7 +98,7 @@ pub struct ControlPlaneSpec {
     /// DNS name clients use.
     pub dns_name: String,
     /// Member name -> `host:port` the control plane answers on when hosted there.
-    pub endpoints: BTreeMap<String, String>,
+    pub endpoints: VecMap<String, String>,
     /// Backup location URL (where its host writes backups, unless `backups` names another
     /// for that member).
     pub backup: String,

@@ -112,7 +112,12 @@ pub fn decide(state: &RingState, obs: &Observations, policy: &Policy) -> Vec<Dec
     // Debug builds (every test, the simulation) check that nothing was skipped.
     debug_assert_eq!(
         out,
-        decide_for(state, state.control_planes.values(), obs, policy),
+        decide_for(
+            state,
+            state.control_planes.values().map(Box::as_ref),
+            obs,
+            policy
+        ),
         "a decision about a control plane `may_change` does not list"
     );
     out

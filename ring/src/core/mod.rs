@@ -15,6 +15,8 @@
 //! - [`state`]: [`RingState`](state::RingState) and its parts, plus `apply`.
 //! - [`placement`]: the pure choice of a host for a control plane.
 //! - [`history`]: the bounded record of who did what, when and why.
+//! - [`vec_map`]: [`VecMap`](vec_map::VecMap), the small sorted map a control plane keeps its
+//!   endpoints in.
 
 pub mod agent;
 pub mod backup_name;
@@ -27,6 +29,7 @@ pub mod migration;
 pub mod names;
 pub mod placement;
 pub mod state;
+pub mod vec_map;
 
 pub use command::{Command, ControlPlaneSpec, MemberSpec, Proposal};
 pub use error::CommandError;

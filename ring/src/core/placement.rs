@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use super::command::ControlPlaneSpec;
 use super::state::{ControlPlane, Health, RingState, Role};
+use super::vec_map::VecMap;
 
 /// What to place.
 #[derive(Debug, Clone)]
@@ -22,7 +23,7 @@ pub struct Request<'a> {
     /// Its home member, never a host.
     pub home: Option<&'a str>,
     /// Members with an endpoint for it.
-    pub endpoints: &'a BTreeMap<String, String>,
+    pub endpoints: &'a VecMap<String, String>,
     /// Members not to choose (its current host).
     pub exclude: Option<&'a str>,
     /// A zone to avoid (the zone of a lost host).

@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use super::vec_map::VecMap;
 use serde::{Deserialize, Serialize};
 
 use super::NodeId;
@@ -174,7 +175,7 @@ pub struct ControlPlane {
     /// DNS name clients use.
     pub dns_name: String,
     /// Member name -> endpoint when hosted there.
-    pub endpoints: BTreeMap<String, String>,
+    pub endpoints: VecMap<String, String>,
     /// Backup location URL.
     pub backup: String,
     /// Member hosting it.
@@ -260,8 +261,10 @@ pub struct RingState {
     /// Ids of removed members; never accepted again.
     pub retired_ids: BTreeSet<NodeId>,
     /// Control planes by name. Change them only through [`RingState::apply`] (which keeps the
-    /// index), or call [`RingState::reindex`] afterwards.
-    pub control_planes: BTreeMap<String, ControlPlane>,
+    /// index), or call [`RingState::reindex`] afterwards. Boxed: a map node then holds eleven
+    /// pointers instead of eleven control planes (5.6 KiB), which matters because nodes filled
+    /// in name order stay about half full (10,000 control planes: about 4 MiB less).
+    pub control_planes: BTreeMap<String, Box<ControlPlane>>,
     /// Ring-wide settings.
     pub settings: RingSettings,
     /// Who did what, when and why.
@@ -277,7 +280,7 @@ struct StoredRingState {
     bootstrapped: bool,
     members: BTreeMap<NodeId, Member>,
     retired_ids: BTreeSet<NodeId>,
-    control_planes: BTreeMap<String, ControlPlane>,
+    control_planes: BTreeMap<String, Box<ControlPlane>>,
     settings: RingSettings,
     history: History,
 }
@@ -314,7 +317,7 @@ pub struct Index {
 
 impl Index {
     /// The index of `control_planes`, computed from scratch.
-    fn of(control_planes: &BTreeMap<String, ControlPlane>) -> Self {
+    fn of(control_planes: &BTreeMap<String, Box<ControlPlane>>) -> Self {
         let mut index = Self::default();
         for cp in control_planes.values() {
             index.insert(cp);
@@ -427,7 +430,7 @@ impl RingState {
         }
         names
             .into_iter()
-            .filter_map(|n| self.control_planes.get(n))
+            .filter_map(|n| self.control_planes.get(n).map(Box::as_ref))
             .collect()
     }
 
@@ -443,7 +446,7 @@ impl RingState {
         names
             .into_iter()
             .flatten()
-            .filter_map(|n| self.control_planes.get(n))
+            .filter_map(|n| self.control_planes.get(n).map(Box::as_ref))
     }
 
     /// Rebuilds the index from `control_planes`: for code that changed them directly
@@ -915,6 +918,7 @@ impl RingState {
     fn control_plane_mut(&mut self, name: &str) -> Result<&mut ControlPlane, CommandError> {
         self.control_planes
             .get_mut(name)
+            .map(Box::as_mut)
             .ok_or_else(|| CommandError::UnknownControlPlane(name.to_string()))
     }
 
@@ -1281,7 +1285,7 @@ impl RingState {
         });
         self.control_planes.insert(
             spec.name.clone(),
-            ControlPlane {
+            Box::new(ControlPlane {
                 name: spec.name.clone(),
                 home: spec.home.clone(),
                 dns_name: spec.dns_name.clone(),
@@ -1297,7 +1301,7 @@ impl RingState {
                 backups: spec.backups.clone(),
                 migration,
                 labels: BTreeMap::new(),
-            },
+            }),
         );
         Ok(detail)
     }
