@@ -75,7 +75,7 @@ pub struct BenchArgs {
     /// MiB copied per row in `copy` [default: 128; --quick: 32].
     #[arg(long)]
     copy_mib: Option<usize>,
-    /// Directory with ringd (default: next to ring-chaos, else target/release).
+    /// Directory with ringd (default: next to ring-chaos, else target/dist, else target/release).
     #[arg(long)]
     bin_dir: Option<PathBuf>,
     /// Control planes registered in `scale` [default: 10000; --quick: 2000].
@@ -619,8 +619,8 @@ pub fn table(rows: &[Row]) -> String {
     out
 }
 
-/// Where `ringd` is: `--bin-dir`, next to this binary, or `target/release` (here or under
-/// `CARGO_TARGET_DIR`).
+/// Where `ringd` is: `--bin-dir`, next to this binary, or `target/dist`, else `target/release`
+/// (here or under `CARGO_TARGET_DIR`).
 fn find_bin_dir(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     let mut candidates = Vec::new();
     if let Some(d) = explicit {
@@ -629,17 +629,21 @@ fn find_bin_dir(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
         if let Some(d) = std::env::current_exe()?.parent() {
             candidates.push(d.to_path_buf());
         }
+        let mut targets = Vec::new();
         if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
-            candidates.push(PathBuf::from(t).join("release"));
+            targets.push(PathBuf::from(t));
         }
-        candidates.push(PathBuf::from("target/release"));
+        targets.push(PathBuf::from("target"));
+        for profile in ["dist", "release"] {
+            candidates.extend(targets.iter().map(|t| t.join(profile)));
+        }
     }
     let found = candidates
         .iter()
         .find(|d| d.join("ringd").is_file())
         .with_context(|| {
             format!(
-                "no ringd in {}: build it with `cargo build --release -p garden-ring --bins` (or pass --bin-dir)",
+                "no ringd in {}: build it with `cargo build --profile dist -p garden-ring --bins` (or pass --bin-dir)",
                 candidates
                     .iter()
                     .map(|d| d.display().to_string())
@@ -650,7 +654,7 @@ fn find_bin_dir(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     let found = found.canonicalize()?;
     if found.file_name().is_some_and(|n| n == "debug") {
         eprintln!(
-            "warning: {} holds a debug build of ringd: its numbers mean little; build with --release",
+            "warning: {} holds a debug build of ringd: its numbers mean little; build with --profile dist",
             found.display()
         );
     }
