@@ -298,6 +298,17 @@ impl AdminService {
         self.sm.read(f)
     }
 
+    /// Control plane `name` as the API shows it, if registered.
+    fn control_plane(&self, name: &str) -> Option<pb::ControlPlane> {
+        self.read(|a| {
+            a.state
+                .control_planes
+                .get(name)
+                .map(Box::as_ref)
+                .map(control_plane)
+        })
+    }
+
     /// Members as the API shows them: the registry, plus any node in the Raft configuration that
     /// is not registered yet (right after formation).
     fn members(&self, applied: &Applied) -> Vec<pb::Member> {
@@ -748,15 +759,9 @@ impl Admin for AdminService {
     ) -> Result<Response<pb::ControlPlane>, Status> {
         caller(&request, Access::Read)?;
         let name = request.into_inner().name;
-        self.read(|a| {
-            a.state
-                .control_planes
-                .get(&name)
-                .map(Box::as_ref)
-                .map(control_plane)
-        })
-        .map(Response::new)
-        .ok_or_else(|| Status::not_found(format!("unknown control plane {name:?}")))
+        self.control_plane(&name)
+            .map(Response::new)
+            .ok_or_else(|| Status::not_found(format!("unknown control plane {name:?}")))
     }
 
     async fn control_plane_add(
@@ -782,13 +787,7 @@ impl Admin for AdminService {
             .propose(actor, req.reason, Command::AddControlPlane(spec))
             .await?;
         self.wait_applied(index).await;
-        let cp = self.read(|a| {
-            a.state
-                .control_planes
-                .get(&name)
-                .map(Box::as_ref)
-                .map(control_plane)
-        });
+        let cp = self.control_plane(&name);
         Ok(Response::new(pb::ControlPlaneResponse {
             control_plane: cp,
             index,
@@ -803,13 +802,7 @@ impl Admin for AdminService {
         to_leader!(self, request, caller, "ControlPlaneRemove");
         let actor = caller.actor;
         let req = request.into_inner();
-        let before = self.read(|a| {
-            a.state
-                .control_planes
-                .get(&req.name)
-                .map(Box::as_ref)
-                .map(control_plane)
-        });
+        let before = self.control_plane(&req.name);
         let index = self
             .propose(
                 actor,
@@ -841,13 +834,7 @@ impl Admin for AdminService {
                 },
             )
             .await?;
-        let cp = self.read(|a| {
-            a.state
-                .control_planes
-                .get(&name)
-                .map(Box::as_ref)
-                .map(control_plane)
-        });
+        let cp = self.control_plane(&name);
         Ok(Response::new(pb::ControlPlaneResponse {
             control_plane: cp,
             index,
