@@ -58,17 +58,11 @@ pub fn tune() -> Vec<String> {
 /// slowest is logged at debug level.
 pub const TRIM_EVERY: Duration = Duration::from_secs(1);
 
-/// Gives every whole free page inside malloc's heaps back to the kernel (glibc's
-/// `malloc_trim(0)`); returns whether any memory was released. Does nothing elsewhere.
-pub fn trim() -> bool {
-    malloc_trim()
-}
-
 /// Starts a thread that calls [`trim`] every [`TRIM_EVERY`] for the rest of the process's life,
 /// unless the operator tunes trimming (`MALLOC_TRIM_THRESHOLD_`, `GLIBC_TUNABLES`) or the C
 /// library is not glibc. Returns whether it started.
 pub fn start_trimming() -> bool {
-    if SETTINGS.is_empty()
+    if !cfg!(all(target_os = "linux", target_env = "gnu"))
         || std::env::var_os("GLIBC_TUNABLES").is_some()
         || std::env::var_os("MALLOC_TRIM_THRESHOLD_").is_some()
     {
@@ -131,17 +125,19 @@ fn mallopt(_param: i32, _value: i32) -> bool {
     false
 }
 
-/// glibc's `malloc_trim(0)`; true when it released memory.
+/// Gives every whole free page inside malloc's heaps back to the kernel (glibc's
+/// `malloc_trim(0)`); returns whether any memory was released. Does nothing elsewhere.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]
-fn malloc_trim() -> bool {
+pub fn trim() -> bool {
     // SAFETY: malloc_trim takes a size and works on malloc's own free lists under malloc's
     // locks; it is safe to call from any thread at any time.
     unsafe { libc::malloc_trim(0) == 1 }
 }
 
+/// Gives free heap pages back to the kernel: only with glibc, so nothing here.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn malloc_trim() -> bool {
+pub fn trim() -> bool {
     false
 }
 

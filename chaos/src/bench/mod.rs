@@ -473,33 +473,29 @@ fn scale_rows(r: &crate::scale::ScaleReport) -> Vec<Row> {
         } else {
             ""
         };
-        rows.push(Row::new(
-            Part::Scale,
-            format!("RSS {member}{role} at rest"),
-            "MiB",
-            Some(mib(rss.rest_kib)),
-            "goal",
-            Some(SCALE_RSS_GOAL_MIB),
-            Goal::AtMost { ratio: 1.0 },
-        ));
-        rows.push(Row::new(
-            Part::Scale,
-            format!("RSS {member}{role} peak while registering"),
-            "MiB",
-            Some(mib(rss.peak_after_registration_kib)),
-            "goal",
-            Some(SCALE_RSS_GOAL_MIB),
+        let rss_row = |what: &str, kib: u64, goal: Goal| {
+            Row::new(
+                Part::Scale,
+                format!("RSS {member}{role} {what}"),
+                "MiB",
+                Some(mib(kib)),
+                "goal",
+                Some(SCALE_RSS_GOAL_MIB),
+                goal,
+            )
+        };
+        let under_goal = Goal::AtMost { ratio: 1.0 };
+        rows.push(rss_row("at rest", rss.rest_kib, under_goal));
+        rows.push(rss_row(
+            "peak while registering",
+            rss.peak_after_registration_kib,
             Goal::Info,
         ));
         if *member != r.victim {
-            rows.push(Row::new(
-                Part::Scale,
-                format!("RSS {member}{role} peak during the storm"),
-                "MiB",
-                Some(mib(rss.storm_max_kib.max(rss.peak_kib))),
-                "goal",
-                Some(SCALE_RSS_GOAL_MIB),
-                Goal::AtMost { ratio: 1.0 },
+            rows.push(rss_row(
+                "peak during the storm",
+                rss.storm_max_kib.max(rss.peak_kib),
+                under_goal,
             ));
         }
     }

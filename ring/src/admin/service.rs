@@ -299,7 +299,7 @@ impl AdminService {
     }
 
     /// Control plane `name` as the API shows it, if registered.
-    fn control_plane(&self, name: &str) -> Option<pb::ControlPlane> {
+    fn find_control_plane(&self, name: &str) -> Option<pb::ControlPlane> {
         self.read(|a| {
             a.state
                 .control_planes
@@ -759,7 +759,7 @@ impl Admin for AdminService {
     ) -> Result<Response<pb::ControlPlane>, Status> {
         caller(&request, Access::Read)?;
         let name = request.into_inner().name;
-        self.control_plane(&name)
+        self.find_control_plane(&name)
             .map(Response::new)
             .ok_or_else(|| Status::not_found(format!("unknown control plane {name:?}")))
     }
@@ -787,7 +787,7 @@ impl Admin for AdminService {
             .propose(actor, req.reason, Command::AddControlPlane(spec))
             .await?;
         self.wait_applied(index).await;
-        let cp = self.control_plane(&name);
+        let cp = self.find_control_plane(&name);
         Ok(Response::new(pb::ControlPlaneResponse {
             control_plane: cp,
             index,
@@ -802,7 +802,7 @@ impl Admin for AdminService {
         to_leader!(self, request, caller, "ControlPlaneRemove");
         let actor = caller.actor;
         let req = request.into_inner();
-        let before = self.control_plane(&req.name);
+        let before = self.find_control_plane(&req.name);
         let index = self
             .propose(
                 actor,
@@ -834,7 +834,7 @@ impl Admin for AdminService {
                 },
             )
             .await?;
-        let cp = self.control_plane(&name);
+        let cp = self.find_control_plane(&name);
         Ok(Response::new(pb::ControlPlaneResponse {
             control_plane: cp,
             index,

@@ -17,7 +17,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A map in key order, stored as a sorted vector of its entries: lookups are binary searches
 /// and an insert moves the entries after it, which is right for a handful of entries.
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct VecMap<K, V> {
     /// Sorted by key, keys unique.
     entries: Vec<(K, V)>,
