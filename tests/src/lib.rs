@@ -356,18 +356,36 @@ impl Proc {
     }
 }
 
+/// How many lines of each member's log a failing test prints: the tail, where a failure shows.
+const FAILURE_LOG_LINES: usize = 80;
+
 impl Drop for Proc {
+    /// Kills the process; when a test fails (the thread panics), prints the tail of its log,
+    /// so that a CI failure says what the member was doing.
     fn drop(&mut self) {
         self.kill9();
+        if std::thread::panicking() {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(FAILURE_LOG_LINES)..];
+            eprintln!(
+                "--- member {}: the last {} lines of {} ---\n{}",
+                self.config.name,
+                tail.len(),
+                self.log_path.display(),
+                tail.join("\n")
+            );
+        }
     }
 }
 
 /// A ring of real `ringd` processes in a temporary directory.
 pub struct Ring {
-    /// Its directory (kept when the test fails; see [`Ring::keep`]).
-    pub dir: tempfile::TempDir,
-    /// Its members, founders first.
+    /// Its members, founders first. (Declared before `dir`, so they are dropped first: killed,
+    /// and their log tails printed when the test fails, before the directory is removed.)
     pub procs: Vec<Proc>,
+    /// Its directory (removed with the ring).
+    pub dir: tempfile::TempDir,
     /// `ringctl`'s client config for this ring (admin certificate, founders' endpoints).
     pub client_config: PathBuf,
     /// How test clients connect (the admin certificate, or no TLS).

@@ -19,7 +19,7 @@ use garden_ring::backup::restore::{
     RestoreError, RestoreOptions, RestoreTool, Restored, restore_newest,
 };
 use garden_ring::backup::snapshot::{
-    RevisionSource, TakenSnapshot, take_final_snapshot, take_full_snapshot,
+    RevisionSource, TakenSnapshot, stage_full_snapshot, take_final_snapshot, take_full_snapshot,
 };
 use garden_ring::core::backup_name::{Compression, SnapshotKind, SnapshotPath};
 use garden_ring_tests::etcd::{Etcd, EtcdSpec, fast, tool};
@@ -468,4 +468,46 @@ async fn futures_list(bucket: &Bucket) -> Vec<String> {
         }
     }
     out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_staged_snapshot_is_invisible_until_completed_and_an_aborted_one_leaves_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bucket = bucket(tmp.path());
+    let etcd = Etcd::start(tmp.path(), "staged").await;
+    let revision = write_keys(&etcd, 0..100).await;
+
+    let staged = stage_full_snapshot(
+        etcd.client(),
+        &bucket.store,
+        &bucket.prefix,
+        T0,
+        false,
+        false,
+    )
+    .await
+    .unwrap();
+    assert!(
+        bucket
+            .store
+            .head(&staged.snapshot().location)
+            .await
+            .is_err(),
+        "a staged snapshot is not visible under its name"
+    );
+    staged.abort().await.unwrap();
+    assert_eq!(futures_list(&bucket).await, Vec::<String>::new());
+
+    let staged = stage_full_snapshot(
+        etcd.client(),
+        &bucket.store,
+        &bucket.prefix,
+        T0 + 1,
+        false,
+        false,
+    )
+    .await
+    .unwrap();
+    let taken = staged.complete().await.unwrap();
+    check_stored(&bucket, &taken, revision).await;
 }

@@ -111,6 +111,22 @@ async fn full_snapshots(url: &str, backup: &BackupSettings) -> BTreeMap<String, 
         .collect()
 }
 
+/// Waits (10 s at most) until a full snapshot in `url` holds `revision`; returns its name and
+/// last revision.
+async fn snapshot_holding(url: &str, backup: &BackupSettings, revision: u64) -> (String, u64) {
+    eventually(
+        Duration::from_secs(10),
+        &format!("a snapshot in {url} holds revision {revision}"),
+        || async {
+            full_snapshots(url, backup)
+                .await
+                .into_iter()
+                .find(|(_, last)| *last >= revision)
+        },
+    )
+    .await
+}
+
 /// Kills a member the way a zone dies: its `ringd`, and the guards and etcds it started.
 fn kill_zone(ring: &mut Ring, i: usize) {
     ring.procs[i].kill9();
@@ -143,17 +159,7 @@ async fn a_lost_host_s_control_plane_comes_back_with_every_snapshotted_key() {
         last_revision = etcd.put(key.as_bytes(), b"v").await.unwrap();
         written.insert(key);
     }
-    let holding = eventually(
-        Duration::from_secs(10),
-        "a snapshot holds every key",
-        || async {
-            full_snapshots(&backups["a"], &backup)
-                .await
-                .into_iter()
-                .find(|(_, revision)| *revision >= last_revision)
-        },
-    )
-    .await;
+    let holding = snapshot_holding(&backups["a"], &backup, last_revision).await;
     let holding_created_s: u64 = holding
         .0
         .split('-')
@@ -477,18 +483,7 @@ async fn an_object_store_outage_during_a_migration_delays_it_and_loses_nothing()
         last_revision = etcd.put(key.as_bytes(), b"v").await.unwrap();
         written.insert(key);
     }
-    eventually(
-        Duration::from_secs(10),
-        "a snapshot holds every key",
-        || async {
-            full_snapshots(&backups["a"], &backup)
-                .await
-                .into_values()
-                .any(|r| r >= last_revision)
-                .then_some(())
-        },
-    )
-    .await;
+    snapshot_holding(&backups["a"], &backup, last_revision).await;
 
     proxy.cut();
     kill_zone(&mut ring, 0);
@@ -529,11 +524,14 @@ async fn a_returning_old_host_uploads_nothing_and_stays_fenced() {
     let req = etcd_control_plane("cp5", "a", &backups["a"], backups.clone());
     add_control_plane(&ring.client(), req).await.unwrap();
     let cp = running_on(&ring, "cp5", "a").await;
-    etcd_at(&cp, "a")
+    let revision = etcd_at(&cp, "a")
         .await
         .put(b"/registry/x", b"v")
         .await
         .unwrap();
+    // Frozen before its first snapshot, a would leave nothing to restore: the new host would
+    // rightly refuse to start cp5 empty, and wait.
+    snapshot_holding(&backups["a"], &backup, revision).await;
 
     // Freeze the whole zone: ringd, its guard and etcd.
     let data_root = ring.procs[0].config.data_dir.display().to_string();

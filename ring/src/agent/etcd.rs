@@ -46,7 +46,7 @@ use crate::backup::location::BackupLocation;
 use crate::backup::marker::{self, Marker, Ownership};
 use crate::backup::migrate::{MigrateError, MigrationPlan, migrate};
 use crate::backup::restore::{RestoreError, RestoreOptions, RestoreTool, restore_newest};
-use crate::backup::snapshot::{TakenSnapshot, take_full_snapshot};
+use crate::backup::snapshot::{TakenSnapshot, stage_full_snapshot};
 use crate::config::{BackupSettings, EtcdDriverSettings};
 use crate::core::migration::{MigrationReport, MigrationStep, note_text};
 use crate::time::{monotonic_ms, unix_ms};
@@ -720,7 +720,7 @@ async fn serve(
                 }
             }
             _ = tokio::time::sleep_until(next_snapshot) => {
-                match snapshot(runtime, target, &client, &own, false).await {
+                match snapshot(runtime, target, &client, &own, deadline, false).await {
                     Ok(Ok(taken)) => tracing::debug!("snapshot {} ({} bytes)", taken.location, taken.stored_size_bytes),
                     Ok(Err(lost)) => break Ending::Lost(lost),
                     Err(e) => tracing::warn!("snapshot failed: {e}"),
@@ -739,7 +739,7 @@ async fn serve(
     shared.set_phase(InstancePhase::Stopping);
     match &ending {
         Ending::Stopped | Ending::LeaseRunningOut => {
-            match snapshot(runtime, target, &client, &own, true).await {
+            match snapshot(runtime, target, &client, &own, deadline, true).await {
                 Ok(Ok(taken)) => {
                     tracing::info!(
                         "final snapshot {} at revision {}",
@@ -778,27 +778,27 @@ fn set_healthy(shared: &Shared, ok: bool) {
 
 /// Takes a snapshot into `own` if this member still owns it; `Ok(Err(why))` when it lost
 /// ownership (DESIGN.md rule 4).
+///
+/// Ownership is checked twice: before etcd is asked for anything, and after the upload, just
+/// before it is completed (the marker again, and the lease: a member frozen mid-upload wakes
+/// up past its deadline, its location maybe taken over already). What is left is the
+/// completion itself: a member frozen inside it completes the upload when it wakes up. A
+/// snapshot completed after its check is not deleted: it cannot be told apart from one
+/// completed just before a new host took over, which that host may be copying.
 async fn snapshot(
     runtime: &EtcdRuntime,
     target: &Target,
     client: &EtcdClient,
     own: &BackupLocation,
+    deadline: &watch::Receiver<u64>,
     final_: bool,
 ) -> Result<Result<TakenSnapshot, String>, String> {
     let store = own.store();
-    let marker = marker::read(&store, own.prefix())
-        .await
-        .map_err(|e| e.to_string())?;
-    if let Ownership::Lost { to, epoch } =
-        Marker::ownership(marker.as_ref(), &runtime.member, target.epoch)
-    {
-        return Ok(Err(format!(
-            "the backups at {own} belong to {to} at epoch {epoch} (this is epoch {}): not uploading",
-            target.epoch
-        )));
+    if let Some(lost) = lost_ownership(runtime, target, own, None).await? {
+        return Ok(Err(lost));
     }
     let at_ms = unix_ms();
-    let taken = take_full_snapshot(
+    let staged = stage_full_snapshot(
         client,
         &store,
         own.prefix(),
@@ -808,8 +808,47 @@ async fn snapshot(
     )
     .await
     .map_err(|e| e.to_string())?;
+    if let Some(lost) = lost_ownership(runtime, target, own, Some(deadline)).await? {
+        if let Err(e) = staged.abort().await {
+            tracing::warn!("{e}");
+        }
+        return Ok(Err(lost));
+    }
+    let taken = staged.complete().await.map_err(|e| e.to_string())?;
     runtime.snapshots.taken(&target.name, target.epoch, at_ms);
     Ok(Ok(taken))
+}
+
+/// Why this member may no longer write into `own`, if so: the location's marker names a later
+/// owner, or (with `deadline`) the lease ran out.
+async fn lost_ownership(
+    runtime: &EtcdRuntime,
+    target: &Target,
+    own: &BackupLocation,
+    deadline: Option<&watch::Receiver<u64>>,
+) -> Result<Option<String>, String> {
+    if let Some(deadline) = deadline {
+        let (now_ms, deadline_ms) = (monotonic_ms(), *deadline.borrow());
+        if now_ms >= deadline_ms {
+            return Ok(Some(format!(
+                "the lease ran out {} ms ago (epoch {}): not uploading",
+                now_ms - deadline_ms,
+                target.epoch
+            )));
+        }
+    }
+    let marker = marker::read(&own.store(), own.prefix())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(
+        match Marker::ownership(marker.as_ref(), &runtime.member, target.epoch) {
+            Ownership::Lost { to, epoch } => Some(format!(
+                "the backups at {own} belong to {to} at epoch {epoch} (this is epoch {}): not uploading",
+                target.epoch
+            )),
+            Ownership::Owner => None,
+        },
+    )
 }
 
 /// Removes the data directories of epochs before `epoch` (their data moved on through the

@@ -21,8 +21,8 @@
 //! Limits: at most [`MAX_SNAPSHOT_BYTES`] of snapshot; memory is bounded by
 //! [`PART_SIZE_BYTES`] × ([`MAX_PARTS_IN_FLIGHT`] + 1) plus one 32 KiB chunk from etcd.
 //!
-//! Ownership (DESIGN.md rule 4: stop uploading once migrated away) is checked by the caller
-//! before it calls this.
+//! Ownership (DESIGN.md rule 4: stop uploading once migrated away) is checked by the caller,
+//! before it starts and again between [`stage_full_snapshot`] and [`StagedSnapshot::complete`].
 
 use std::io::Write;
 use std::sync::Arc;
@@ -145,6 +145,74 @@ pub async fn take_full_snapshot(
     final_: bool,
     compress: bool,
 ) -> Result<TakenSnapshot, SnapshotError> {
+    stage_full_snapshot(client, store, prefix, now_unix_s, final_, compress)
+        .await?
+        .complete()
+        .await
+}
+
+/// A snapshot streamed from etcd, verified and uploaded but for its last part, and not yet
+/// visible under its name. [`StagedSnapshot::complete`] makes it visible;
+/// [`StagedSnapshot::abort`] leaves nothing under its name.
+///
+/// The split is there for the caller's last check before anything becomes visible: a member
+/// frozen mid-upload (SIGSTOP, a paused VM) may wake up after its lease ran out and another
+/// member took the location over (DESIGN.md rule 4).
+pub struct StagedSnapshot {
+    writer: WriteMultipart,
+    taken: TakenSnapshot,
+}
+
+impl std::fmt::Debug for StagedSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StagedSnapshot")
+            .field("taken", &self.taken)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StagedSnapshot {
+    /// What the snapshot will be once completed.
+    pub fn snapshot(&self) -> &TakenSnapshot {
+        &self.taken
+    }
+
+    /// Uploads the last part and completes the upload: the snapshot is visible from here on.
+    pub async fn complete(self) -> Result<TakenSnapshot, SnapshotError> {
+        // `finish` aborts the upload itself when completing fails.
+        self.writer
+            .finish()
+            .await
+            .map_err(|source| SnapshotError::Store {
+                location: self.taken.location.to_string(),
+                what: "complete the upload of",
+                source,
+            })?;
+        Ok(self.taken)
+    }
+
+    /// Aborts the upload: nothing becomes visible under the snapshot's name.
+    pub async fn abort(self) -> Result<(), SnapshotError> {
+        self.writer
+            .abort()
+            .await
+            .map_err(|source| SnapshotError::Store {
+                location: self.taken.location.to_string(),
+                what: "abort the upload of",
+                source,
+            })
+    }
+}
+
+/// [`take_full_snapshot`] but for the completion: see [`StagedSnapshot`].
+pub async fn stage_full_snapshot(
+    client: &EtcdClient,
+    store: &Arc<dyn ObjectStore>,
+    prefix: &StorePath,
+    now_unix_s: u64,
+    final_: bool,
+    compress: bool,
+) -> Result<StagedSnapshot, SnapshotError> {
     // Fail on a bad prefix before asking etcd for anything.
     BackupPrefix::new(prefix.as_ref())?;
     let status_revision = client.revision().await?;
@@ -240,19 +308,17 @@ pub async fn take_full_snapshot(
             return Err(e);
         }
     };
-    // `finish` aborts the upload itself when completing fails.
-    writer
-        .finish()
-        .await
-        .map_err(|e| store_error("complete the upload of", e))?;
-    Ok(TakenSnapshot {
-        path,
-        location,
-        revision,
-        revision_source,
-        sha256: verified.sha256,
-        snapshot_size_bytes: verified.size_bytes,
-        stored_size_bytes,
+    Ok(StagedSnapshot {
+        writer,
+        taken: TakenSnapshot {
+            path,
+            location,
+            revision,
+            revision_source,
+            sha256: verified.sha256,
+            snapshot_size_bytes: verified.size_bytes,
+            stored_size_bytes,
+        },
     })
 }
 
