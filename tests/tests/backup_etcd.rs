@@ -6,6 +6,7 @@
 //!
 //! Timings and sizes are printed (`--no-capture` shows them).
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -77,6 +78,7 @@ fn restore_options(dir: &Path, spec: &EtcdSpec, data_dir: &Path, now: u64) -> Re
         tool: RestoreTool::detect(etcdctl.parent().unwrap()).unwrap(),
         now_unix_s: now,
         tool_timeout_ms: 60_000,
+        only: None,
     }
 }
 
@@ -510,4 +512,81 @@ async fn a_staged_snapshot_is_invisible_until_completed_and_an_aborted_one_leave
     .unwrap();
     let taken = staged.complete().await.unwrap();
     check_stored(&bucket, &taken, revision).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_limited_to_the_source_s_history_passes_over_a_newer_stranger() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let bucket = bucket(dir);
+    let etcd = Etcd::start(dir, "history").await;
+    let ours_revision = write_keys(&etcd, 0..100).await;
+    let ours = take_full_snapshot(
+        etcd.client(),
+        &bucket.store,
+        &bucket.prefix,
+        T0,
+        false,
+        false,
+    )
+    .await
+    .unwrap();
+    // A former owner's late snapshot: newer, more keys, not part of what the source holds.
+    write_keys(&etcd, 100..200).await;
+    let stranger = take_full_snapshot(
+        etcd.client(),
+        &bucket.store,
+        &bucket.prefix,
+        T0 + 10,
+        false,
+        false,
+    )
+    .await
+    .unwrap();
+    assert!(stranger.revision > ours.revision);
+
+    let spec = EtcdSpec::reserve("limited");
+    let data_dir = dir.join("limited.etcd");
+    let options = RestoreOptions {
+        only: Some([ours.path.name().to_string()].into()),
+        ..restore_options(dir, &spec, &data_dir, T0 + 20)
+    };
+    let restored = restore_newest(&bucket.store, &bucket.prefix, &options)
+        .await
+        .unwrap();
+    assert_eq!(restored.snapshot, ours.path);
+    assert_eq!(restored.revision, ours_revision);
+    let target = Etcd::start_from(dir, spec, &data_dir).await;
+    assert_eq!(
+        target
+            .client()
+            .get_prefix(b"/registry/")
+            .await
+            .unwrap()
+            .len(),
+        100
+    );
+
+    // Without the limit the stranger would have been restored.
+    let spec = EtcdSpec::reserve("unlimited");
+    let data_dir = dir.join("unlimited.etcd");
+    let restored = restore_newest(
+        &bucket.store,
+        &bucket.prefix,
+        &restore_options(dir, &spec, &data_dir, T0 + 20),
+    )
+    .await
+    .unwrap();
+    assert_eq!(restored.snapshot, stranger.path);
+
+    // A limit that names nothing there is "no snapshot", not an empty etcd.
+    let spec = EtcdSpec::reserve("none");
+    let options = RestoreOptions {
+        only: Some(BTreeSet::new()),
+        ..restore_options(dir, &spec, &dir.join("none.etcd"), T0 + 20)
+    };
+    let err = restore_newest(&bucket.store, &bucket.prefix, &options)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RestoreError::NoSnapshot { .. }), "{err}");
 }

@@ -4,7 +4,7 @@
 //! it is switched over, and an old host that comes back uploads nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use garden_ring::backup::etcd::EtcdClient;
@@ -350,6 +350,79 @@ async fn a_switchover_loses_no_acknowledged_write() {
         acked.len(),
         migration.restored
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_former_owner_s_late_snapshot_is_never_restored_when_the_control_plane_returns() {
+    let backup = BackupSettings::default();
+    // Periodic snapshots far apart: what moves is the final snapshots.
+    let ring = etcd_ring(600_000, backup.clone());
+    wait_all_healthy(&ring).await;
+    let backups = file_backups(ring.dir.path(), "cp7");
+    let req = etcd_control_plane("cp7", "a", &backups["a"], backups.clone());
+    add_control_plane(&ring.client(), req).await.unwrap();
+    let cp = running_on(&ring, "cp7", "a").await;
+    let etcd = etcd_at(&cp, "a").await;
+    for i in 0..10 {
+        etcd.put(format!("/registry/old{i}").as_bytes(), b"v")
+            .await
+            .unwrap();
+    }
+    let switchover = |to: &str| {
+        let out = ring.ringctl(&["switchover", "cp7", "--to", to, "--reason", "test"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    switchover("b");
+    let at_b = running_on(&ring, "cp7", "b").await;
+
+    // What a member frozen inside an upload leaves behind when it wakes up after the move: a
+    // snapshot of its old data, completed in its own location, under a revision the ring
+    // never reaches (a's final snapshot, renamed).
+    let a_location = BackupLocation::parse(&backups["a"], &backup).unwrap();
+    let a_dir = PathBuf::from(backups["a"].strip_prefix("file://").unwrap()).join("v2");
+    let final_name = full_snapshots(&backups["a"], &backup)
+        .await
+        .into_keys()
+        .find(|n| n.ends_with(".final"))
+        .expect("a's final snapshot");
+    let stranger = format!(
+        "Full-00000000-09999999-{}",
+        garden_ring::time::unix_ms() / 1000
+    );
+    put_snapshot(&a_location, &stranger, &a_dir.join(&final_name)).await;
+
+    let etcd = etcd_at(&at_b, "b").await;
+    for i in 0..10 {
+        etcd.put(format!("/registry/new{i}").as_bytes(), b"v")
+            .await
+            .unwrap();
+    }
+    switchover("a");
+    let back = running_on(&ring, "cp7", "a").await;
+    let got = keys_at(&back, "a").await;
+    let restored = back.migration.unwrap().restored;
+    assert!(
+        !restored.contains(&stranger),
+        "restored the former owner's late snapshot {restored}"
+    );
+    for i in 0..10 {
+        assert!(
+            got.contains(&format!("/registry/new{i}")),
+            "b's writes missing at a (restored {restored}): {got:?}"
+        );
+    }
+    assert!(
+        ring.procs[0].log().contains(&format!(
+            "that are not the source's history (newest {stranger})"
+        )),
+        "{}",
+        ring.procs[0].log()
+    );
+    println!("returned to a: restored {restored}, {} keys", got.len());
 }
 
 /// Puts `file` into `location` under `v2/<name>`.

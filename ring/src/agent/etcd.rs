@@ -491,6 +491,11 @@ async fn prepare_once(
         tool,
         now_unix_s: now / 1000,
         tool_timeout_ms: runtime.settings.restore_timeout_ms,
+        only: if from.is_some() {
+            migrated.from_source()
+        } else {
+            None
+        },
     };
     match restore_newest(&destination.store(), destination.prefix(), &options).await {
         Ok(restored) => {

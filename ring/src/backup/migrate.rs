@@ -14,6 +14,8 @@
 //! When both are the same location there is nothing to copy: the markers are written all the
 //! same, so the old host stops writing there.
 
+use std::collections::BTreeSet;
+
 use super::copy::{CopyError, CopyOptions, CopyReport, copy_snapshots};
 use super::location::BackupLocation;
 use super::marker::{self, MARKER_FORMAT, Marker, MarkerError, MarkerState};
@@ -82,6 +84,31 @@ pub struct Migrated {
     pub copy: CopyReport,
     /// The marker as written at the end (state `done`).
     pub marker: Marker,
+    /// Whether source and destination are one location (nothing was copied).
+    pub same_location: bool,
+}
+
+impl Migrated {
+    /// The names of the destination's snapshots that hold the source's history (copied now, or
+    /// there already); `None` when source and destination are one location.
+    ///
+    /// A restore after a move picks among these only ([`RestoreOptions::only`]). Anything else
+    /// at the destination is not part of the source's history: left from an earlier epoch, or
+    /// completed by a former owner after it lost the location (a member frozen inside an
+    /// upload) with a revision the ring moved on from. Restoring it would bring old data back.
+    ///
+    /// [`RestoreOptions::only`]: super::restore::RestoreOptions::only
+    pub fn from_source(&self) -> Option<BTreeSet<String>> {
+        (!self.same_location).then(|| {
+            self.copy
+                .copied
+                .iter()
+                .map(|c| &c.destination)
+                .chain(self.copy.skipped.iter().map(|s| &s.destination))
+                .map(|d| d.name().to_string())
+                .collect()
+        })
+    }
 }
 
 /// Runs the migration `plan` from `source` to `destination` at `now_unix_ms` (see the
@@ -129,7 +156,11 @@ pub async fn migrate(
     marker.state = MarkerState::Done;
     marker.done_unix_ms = Some(now_unix_ms());
     write_both(source, destination, same, &marker).await?;
-    Ok(Migrated { copy, marker })
+    Ok(Migrated {
+        copy,
+        marker,
+        same_location: same,
+    })
 }
 
 /// Writes `marker` into the source first (that is what stops the old host), then the
@@ -298,6 +329,11 @@ mod tests {
         .await
         .unwrap();
         assert!(done.copy.copied.is_empty());
+        assert_eq!(
+            done.from_source(),
+            None,
+            "the whole location is the source's"
+        );
         let m = marker::read(&shared.store(), shared.prefix())
             .await
             .unwrap()
@@ -307,5 +343,39 @@ mod tests {
             Marker::ownership(Some(&m), "a", 2),
             Ownership::Lost { .. }
         ));
+    }
+
+    #[tokio::test]
+    async fn the_source_s_history_is_what_was_copied_or_there_already_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let (src, dst) = (
+            location(dir.path(), "zone-a"),
+            location(dir.path(), "zone-b"),
+        );
+        put(&src, "Full-00000000-00000100-1700000000", b"full").await;
+        put(&src, "Full-00000000-00000200-1700000100.final", b"final").await;
+        // Already at the destination (an earlier, interrupted copy): skipped, still the source's.
+        put(&dst, "Full-00000000-00000100-1700000000", b"full").await;
+        // A former owner's snapshot the source never had: a higher revision, not its history.
+        put(&dst, "Full-00000000-00000300-1700000050", b"late").await;
+        let done = migrate(
+            &src,
+            &dst,
+            &plan(4),
+            &CopyOptions::new(&BackupSettings::default()),
+            || 7,
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            done.from_source(),
+            Some(
+                [
+                    "Full-00000000-00000100-1700000000".to_string(),
+                    "Full-00000000-00000200-1700000100".to_string(),
+                ]
+                .into()
+            )
+        );
     }
 }

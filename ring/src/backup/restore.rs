@@ -2,7 +2,8 @@
 //!
 //! [`restore_newest`] lists `<prefix>/v2/`, takes the full snapshots (final or not) newest
 //! first (by last revision, then creation time, a final one before a plain one of the same
-//! revision and time), and for each: downloads it to a temporary file next to the data
+//! revision and time), only those named in [`RestoreOptions::only`] when that is set (after a
+//! move: the source's history, see [`super::migrate::Migrated::from_source`]), and for each: downloads it to a temporary file next to the data
 //! directory, decompressing and checking its sha256 trailer on the way
 //! ([`Verifier`]). One that does not verify (or vanished since the listing) is reported in
 //! [`Restored::skipped_bad`] (each one deserves an event) and the next older one is tried. The
@@ -29,6 +30,7 @@
 //! Limits: at most [`MAX_LISTED_OBJECTS`] objects listed, [`MAX_SNAPSHOT_BYTES`] per snapshot
 //! (decompressed), the tool runs at most [`RestoreOptions::tool_timeout_ms`].
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -122,6 +124,11 @@ pub struct RestoreOptions {
     pub now_unix_s: u64,
     /// Longest the tool may run, in ms.
     pub tool_timeout_ms: u64,
+    /// When set, only full snapshots with these names are candidates; the others are passed
+    /// over with a warning (a migration's restore: [`Migrated::from_source`]).
+    ///
+    /// [`Migrated::from_source`]: super::migrate::Migrated::from_source
+    pub only: Option<BTreeSet<String>>,
 }
 
 /// A snapshot passed over because it is bad.
@@ -275,7 +282,21 @@ pub async fn restore_newest(
     check_options(options)?;
     prepare_data_dir(&options.data_dir)?;
 
-    let (candidates, incr_last_revisions) = list_snapshots(store, prefix).await?;
+    let (mut candidates, incr_last_revisions) = list_snapshots(store, prefix).await?;
+    if let Some(only) = &options.only {
+        let foreign: Vec<String> = candidates
+            .iter()
+            .map(|c| c.path.name().to_string())
+            .filter(|name| !only.contains(name))
+            .collect();
+        if let Some(newest) = foreign.first() {
+            tracing::warn!(
+                "passing over {} snapshot(s) that are not the source's history (newest {newest})",
+                foreign.len()
+            );
+        }
+        candidates.retain(|c| only.contains(&c.path.name().to_string()));
+    }
     if candidates.is_empty() {
         return Err(RestoreError::NoSnapshot {
             prefix: prefix.to_string(),
@@ -642,6 +663,7 @@ mod tests {
             tool: RestoreTool::Etcdctl(PathBuf::from("/bin/sh")),
             now_unix_s: 0,
             tool_timeout_ms: 1_000,
+            only: None,
         };
         check_options(&ok).unwrap();
         for (name, url) in [
