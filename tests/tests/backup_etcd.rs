@@ -82,6 +82,20 @@ fn restore_options(dir: &Path, spec: &EtcdSpec, data_dir: &Path, now: u64) -> Re
     }
 }
 
+/// A full snapshot of `etcd` into `bucket`, neither final nor gzipped, named with `now_unix_s`.
+async fn plain_snapshot(bucket: &Bucket, etcd: &Etcd, now_unix_s: u64) -> TakenSnapshot {
+    take_full_snapshot(
+        etcd.client(),
+        &bucket.store,
+        &bucket.prefix,
+        now_unix_s,
+        false,
+        false,
+    )
+    .await
+    .unwrap()
+}
+
 /// Checks a stored snapshot by itself: its name, its checksum, its revision.
 async fn check_stored(bucket: &Bucket, taken: &TakenSnapshot, expected_revision: u64) {
     let parsed = SnapshotPath::parse(taken.location.as_ref()).expect("the name parses");
@@ -245,27 +259,9 @@ async fn a_corrupt_or_truncated_newest_snapshot_falls_back_to_the_previous_one()
     let bucket = bucket(dir);
     let source = Etcd::start(dir, "source").await;
     let rev_a = write_keys(&source, 0..1000).await;
-    let older = take_full_snapshot(
-        source.client(),
-        &bucket.store,
-        &bucket.prefix,
-        T0,
-        false,
-        false,
-    )
-    .await
-    .unwrap();
+    let older = plain_snapshot(&bucket, &source, T0).await;
     write_keys(&source, 1000..1200).await;
-    let newer = take_full_snapshot(
-        source.client(),
-        &bucket.store,
-        &bucket.prefix,
-        T0 + 60,
-        false,
-        false,
-    )
-    .await
-    .unwrap();
+    let newer = plain_snapshot(&bucket, &source, T0 + 60).await;
     assert!(newer.revision > older.revision);
     let good = std::fs::read(bucket.file(&newer)).unwrap();
 
@@ -433,16 +429,7 @@ async fn the_revision_comes_from_etcd() {
     let bucket = bucket(tmp.path());
     let etcd = Etcd::start(tmp.path(), "rev").await;
     let revision = write_keys(&etcd, 0..10).await;
-    let taken = take_full_snapshot(
-        etcd.client(),
-        &bucket.store,
-        &bucket.prefix,
-        T0,
-        false,
-        false,
-    )
-    .await
-    .unwrap();
+    let taken = plain_snapshot(&bucket, &etcd, T0).await;
     // etcd 3.4 sends no header with the stream; 3.6 does.
     let status = etcd.client().status().await.unwrap();
     println!(
@@ -521,28 +508,10 @@ async fn a_restore_limited_to_the_source_s_history_passes_over_a_newer_stranger(
     let bucket = bucket(dir);
     let etcd = Etcd::start(dir, "history").await;
     let ours_revision = write_keys(&etcd, 0..100).await;
-    let ours = take_full_snapshot(
-        etcd.client(),
-        &bucket.store,
-        &bucket.prefix,
-        T0,
-        false,
-        false,
-    )
-    .await
-    .unwrap();
+    let ours = plain_snapshot(&bucket, &etcd, T0).await;
     // A former owner's late snapshot: newer, more keys, not part of what the source holds.
     write_keys(&etcd, 100..200).await;
-    let stranger = take_full_snapshot(
-        etcd.client(),
-        &bucket.store,
-        &bucket.prefix,
-        T0 + 10,
-        false,
-        false,
-    )
-    .await
-    .unwrap();
+    let stranger = plain_snapshot(&bucket, &etcd, T0 + 10).await;
     assert!(stranger.revision > ours.revision);
 
     let spec = EtcdSpec::reserve("limited");

@@ -210,6 +210,17 @@ mod tests {
         }
     }
 
+    /// [`migrate`] at `epoch` with default copy options, at `now_unix_ms`.
+    async fn run(
+        src: &BackupLocation,
+        dst: &BackupLocation,
+        epoch: u64,
+        now_unix_ms: u64,
+    ) -> Result<Migrated, MigrateError> {
+        let options = CopyOptions::new(&BackupSettings::default());
+        migrate(src, dst, &plan(epoch), &options, || now_unix_ms).await
+    }
+
     async fn put(location: &BackupLocation, name: &str, bytes: &[u8]) {
         let path = location.v2_dir().join(name);
         location
@@ -228,15 +239,7 @@ mod tests {
         );
         put(&src, "Full-00000000-00000100-1700000000", b"full").await;
         put(&src, "Full-00000000-00000200-1700000100.final", b"final").await;
-        let done = migrate(
-            &src,
-            &dst,
-            &plan(2),
-            &CopyOptions::new(&BackupSettings::default()),
-            || 5_000,
-        )
-        .await
-        .unwrap();
+        let done = run(&src, &dst, 2, 5_000).await.unwrap();
         assert_eq!(done.copy.copied.len(), 2);
         assert_eq!(done.marker.done_unix_ms, Some(5_000));
         for location in [&src, &dst] {
@@ -255,15 +258,7 @@ mod tests {
             assert_eq!(Marker::ownership(Some(&m), "b", 2), Ownership::Owner);
         }
         // Running it again (a resumed migration) copies nothing more.
-        let again = migrate(
-            &src,
-            &dst,
-            &plan(2),
-            &CopyOptions::new(&BackupSettings::default()),
-            || 6_000,
-        )
-        .await
-        .unwrap();
+        let again = run(&src, &dst, 2, 6_000).await.unwrap();
         assert!(again.copy.copied.is_empty());
         assert_eq!(again.copy.skipped.len(), 2);
     }
@@ -279,30 +274,13 @@ mod tests {
         let newer = Marker {
             epoch: 7,
             to: "c".into(),
-            ..migrate(
-                &src,
-                &dst,
-                &plan(6),
-                &CopyOptions::new(&BackupSettings::default()),
-                || 1,
-            )
-            .await
-            .unwrap()
-            .marker
+            ..run(&src, &dst, 6, 1).await.unwrap().marker
         };
         marker::write(&dst.store(), dst.prefix(), &newer)
             .await
             .unwrap();
         let before = marker::read(&src.store(), src.prefix()).await.unwrap();
-        let err = migrate(
-            &src,
-            &dst,
-            &plan(5),
-            &CopyOptions::new(&BackupSettings::default()),
-            || 2,
-        )
-        .await
-        .unwrap_err();
+        let err = run(&src, &dst, 5, 2).await.unwrap_err();
         assert!(
             matches!(err, MigrateError::Superseded { epoch: 7, .. }),
             "{err}"
@@ -319,15 +297,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let shared = location(dir.path(), "shared");
         put(&shared, "Full-00000000-00000100-1700000000", b"full").await;
-        let done = migrate(
-            &shared,
-            &shared,
-            &plan(3),
-            &CopyOptions::new(&BackupSettings::default()),
-            || 9,
-        )
-        .await
-        .unwrap();
+        let done = run(&shared, &shared, 3, 9).await.unwrap();
         assert!(done.copy.copied.is_empty());
         assert_eq!(
             done.from_source(),
@@ -358,15 +328,7 @@ mod tests {
         put(&dst, "Full-00000000-00000100-1700000000", b"full").await;
         // A former owner's snapshot the source never had: a higher revision, not its history.
         put(&dst, "Full-00000000-00000300-1700000050", b"late").await;
-        let done = migrate(
-            &src,
-            &dst,
-            &plan(4),
-            &CopyOptions::new(&BackupSettings::default()),
-            || 7,
-        )
-        .await
-        .unwrap();
+        let done = run(&src, &dst, 4, 7).await.unwrap();
         assert_eq!(
             done.from_source(),
             Some(

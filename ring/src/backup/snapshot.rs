@@ -180,27 +180,28 @@ impl StagedSnapshot {
     /// Uploads the last part and completes the upload: the snapshot is visible from here on.
     pub async fn complete(self) -> Result<TakenSnapshot, SnapshotError> {
         // `finish` aborts the upload itself when completing fails.
-        self.writer
-            .finish()
-            .await
-            .map_err(|source| SnapshotError::Store {
-                location: self.taken.location.to_string(),
-                what: "complete the upload of",
-                source,
-            })?;
+        let failed = store_error(&self.taken.location, "complete the upload of");
+        self.writer.finish().await.map_err(failed)?;
         Ok(self.taken)
     }
 
     /// Aborts the upload: nothing becomes visible under the snapshot's name.
     pub async fn abort(self) -> Result<(), SnapshotError> {
-        self.writer
-            .abort()
-            .await
-            .map_err(|source| SnapshotError::Store {
-                location: self.taken.location.to_string(),
-                what: "abort the upload of",
-                source,
-            })
+        let failed = store_error(&self.taken.location, "abort the upload of");
+        self.writer.abort().await.map_err(failed)
+    }
+}
+
+/// Turns the store's error while doing `what` to `location` into a [`SnapshotError`].
+fn store_error(
+    location: &StorePath,
+    what: &'static str,
+) -> impl FnOnce(object_store::Error) -> SnapshotError + use<> {
+    let location = location.to_string();
+    move |source| SnapshotError::Store {
+        location,
+        what,
+        source,
     }
 }
 
@@ -233,15 +234,11 @@ pub async fn stage_full_snapshot(
         .with_compression(compress.then_some(Compression::Gzip))
         .with_final(final_);
     let (path, location) = snapshot_location(prefix, name)?;
-    let store_error = |what, source| SnapshotError::Store {
-        location: location.to_string(),
-        what,
-        source,
-    };
+
     let upload = store
         .put_multipart(&location)
         .await
-        .map_err(|e| store_error("start uploading", e))?;
+        .map_err(store_error(&location, "start uploading"))?;
     let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE_BYTES);
     let mut encoder = compress
         .then(|| flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(GZIP_LEVEL)));
@@ -260,7 +257,7 @@ pub async fn stage_full_snapshot(
             writer
                 .wait_for_capacity(MAX_PARTS_IN_FLIGHT)
                 .await
-                .map_err(|e| store_error("upload a part of", e))?;
+                .map_err(store_error(&location, "upload a part of"))?;
             match encoder.as_mut() {
                 Some(encoder) => {
                     encoder
