@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use garden_ring::backup::etcd::EtcdClient;
+use garden_ring::backup::etcd::{EtcdClient, EtcdClientOptions};
 use garden_ring::backup::layout::list_snapshots;
 use garden_ring::backup::location::BackupLocation;
 use garden_ring::config::BackupSettings;
@@ -606,6 +606,18 @@ async fn a_returning_old_host_uploads_nothing_and_stays_fenced() {
     // rightly refuse to start cp5 empty, and wait.
     snapshot_holding(&backups["a"], &backup, revision).await;
 
+    // A client of cp5 at a that waits as long as it takes: its write, sent while a is frozen,
+    // must not be acknowledged when a wakes up past its lease.
+    let patient = EtcdClient::connect(
+        &format!("http://{}", cp.endpoints["a"]),
+        EtcdClientOptions {
+            request_timeout_ms: 60_000,
+            ..fast()
+        },
+    )
+    .await
+    .unwrap();
+
     // Freeze the whole zone: ringd, its guard and etcd.
     let data_root = ring.procs[0].config.data_dir.display().to_string();
     ring.procs[0].signal(Signal::SIGSTOP);
@@ -615,21 +627,33 @@ async fn a_returning_old_host_uploads_nothing_and_stays_fenced() {
             .status();
     };
     stop_all("-STOP");
+    let in_flight = tokio::spawn(async move { patient.put(b"/registry/late", b"v").await });
     let moved = running_elsewhere(&ring, &[1, 2], "cp5", "a", Duration::from_secs(30)).await;
     let before = full_snapshots(&backups["a"], &backup).await;
 
-    stop_all("-CONT");
+    // An instance may have ended before (a slow first start is retried): wait for the next.
+    let ended = || ring.procs[0].log().matches("etcd instance ended").count();
+    let ended_before = ended();
+    // Waking up, the worst order: ringd and etcd run, the guard (which would stop etcd at
+    // the deadline) not yet. The gate, bound to the lease, passes nothing on.
     ring.procs[0].signal(Signal::SIGCONT);
-    // The old host wakes up past its lease: its instance ends without uploading.
+    let _ = std::process::Command::new("pkill")
+        .args(["-CONT", "-f", &format!("^\\S*/etcd .*{data_root}")])
+        .status();
+    let late = tokio::time::timeout(Duration::from_secs(10), in_flight)
+        .await
+        .expect("the write in flight got an answer")
+        .unwrap();
+    assert!(
+        late.is_err(),
+        "a acknowledged a write after waking up past its lease: {late:?}"
+    );
+    stop_all("-CONT");
+    // The old host's instance ends without uploading.
     eventually(
         Duration::from_secs(10),
         "a's etcd instance ended",
-        || async {
-            ring.procs[0]
-                .log()
-                .contains("etcd instance ended")
-                .then_some(())
-        },
+        || async { (ended() > ended_before).then_some(()) },
     )
     .await;
     let after = full_snapshots(&backups["a"], &backup).await;

@@ -40,6 +40,7 @@ use tracing::Instrument as _;
 
 use super::driver::{Guard, Target};
 use super::gate::Gate;
+use super::lease_runs_out;
 use crate::backup::copy::{CopyOptions, CopyProgress};
 use crate::backup::etcd::{EtcdClient, EtcdClientOptions};
 use crate::backup::location::BackupLocation;
@@ -361,26 +362,6 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-/// Resolves when less than `margin_ms` of the lease is left.
-async fn lease_runs_out(deadline: &mut watch::Receiver<u64>, margin_ms: u64) {
-    loop {
-        let at = deadline.borrow_and_update().saturating_sub(margin_ms);
-        let now = monotonic_ms();
-        if now >= at {
-            return;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(at - now)) => {}
-            changed = deadline.changed() => {
-                if changed.is_err() {
-                    // The instance is gone; the guard keeps the last deadline.
-                    std::future::pending::<()>().await;
-                }
-            }
-        }
-    }
-}
-
 /// Prepares the data of `target` at its epoch, retrying what may succeed later.
 async fn prepare(runtime: &EtcdRuntime, target: &Target, shared: &Shared) -> Result<(), String> {
     let mut backoff_ms = FIRST_PREPARE_BACKOFF_MS;
@@ -693,7 +674,13 @@ async fn serve(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let gate = match Gate::open(public, SocketAddr::from(([127, 0, 0, 1], client_port))).await {
+    let gate = match Gate::open(
+        public,
+        SocketAddr::from(([127, 0, 0, 1], client_port)),
+        deadline.clone(),
+    )
+    .await
+    {
         Ok(gate) => gate,
         Err(e) => {
             guard.stop(runtime.fence_ms).await;

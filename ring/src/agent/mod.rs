@@ -59,6 +59,28 @@ impl OwnLease {
     }
 }
 
+/// Resolves when less than `margin_ms` of the lease is left: `deadline` is the lease's
+/// deadline on the monotonic clock ([`monotonic_ms`]), moved later by each renewal.
+pub(crate) async fn lease_runs_out(deadline: &mut watch::Receiver<u64>, margin_ms: u64) {
+    loop {
+        let at = deadline.borrow_and_update().saturating_sub(margin_ms);
+        let now = monotonic_ms();
+        if now >= at {
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(at - now)) => {}
+            changed = deadline.changed() => {
+                if changed.is_err() {
+                    // Nobody renews any more: the last deadline stands.
+                    tokio::time::sleep(Duration::from_millis(at - now)).await;
+                    return;
+                }
+            }
+        }
+    }
+}
+
 /// One member's agent.
 pub struct Agent {
     me: NodeId,
