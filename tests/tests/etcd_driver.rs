@@ -99,6 +99,16 @@ async fn etcd_at(cp: &pb::ControlPlane, host: &str) -> EtcdClient {
         .unwrap_or_else(|e| panic!("connect to {name} at {endpoint}: {e}", name = cp.name))
 }
 
+/// Puts `key` (value `v`) and returns the revision, retrying for up to 10 s: on a loaded
+/// machine a host may miss a lease renewal, stop the instance and start it again on the same
+/// epoch's data (a put is idempotent, so a retried one changes nothing it should not).
+async fn put_retrying(etcd: &EtcdClient, key: &str) -> u64 {
+    eventually(Duration::from_secs(10), &format!("put {key}"), || async {
+        etcd.put(key.as_bytes(), b"v").await.ok()
+    })
+    .await
+}
+
 /// The full snapshots in `url` (name -> last revision).
 async fn full_snapshots(url: &str, backup: &BackupSettings) -> BTreeMap<String, u64> {
     let location = BackupLocation::parse(url, backup).unwrap();
@@ -156,7 +166,7 @@ async fn a_lost_host_s_control_plane_comes_back_with_every_snapshotted_key() {
     let mut last_revision = 0;
     for i in 0..200 {
         let key = format!("/registry/k{i:04}");
-        last_revision = etcd.put(key.as_bytes(), b"v").await.unwrap();
+        last_revision = put_retrying(&etcd, &key).await;
         written.insert(key);
     }
     let holding = snapshot_holding(&backups["a"], &backup, last_revision).await;
@@ -553,7 +563,7 @@ async fn an_object_store_outage_during_a_migration_delays_it_and_loses_nothing()
     let mut written = BTreeSet::new();
     for i in 0..100 {
         let key = format!("/registry/o{i:03}");
-        last_revision = etcd.put(key.as_bytes(), b"v").await.unwrap();
+        last_revision = put_retrying(&etcd, &key).await;
         written.insert(key);
     }
     snapshot_holding(&backups["a"], &backup, last_revision).await;
