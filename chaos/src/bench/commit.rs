@@ -1,6 +1,9 @@
 //! Commit path: writes/s and latency of a 3-member ring against a 3-member etcd cluster on the
-//! same machine, one after the other (never at once, so they do not share the cores), same
-//! duration, same client model.
+//! same machine, same duration, same client model. Both run for the whole part, but only one is
+//! driven at a time (they never share the cores under load), in [`SEGMENTS`] alternating
+//! segments per concurrency: etcd, ring, etcd, ring... A VM's disk and CPU drift over minutes;
+//! measured one system after the other, that drift lands on the ratio, alternated it falls on
+//! both.
 //!
 //! - **etcd**: Debian's etcd (3.4) with its defaults (fsync on every commit, heartbeat 100 ms,
 //!   election 1 s), plain HTTP/2 on loopback. Each write is a KV `Put` of a value as long as the
@@ -12,8 +15,9 @@
 //!   majority, applied, recorded in history, and acknowledged, exactly like an etcd put.
 //! - Both: every client is a sequential loop (the next write after the previous one was
 //!   acknowledged) over its own connection (one HTTP/2 channel per client) to the leader;
-//!   `warmup` seconds are run and thrown away, then writes acknowledged within the next
-//!   `seconds` count, with their latency.
+//!   `warmup` seconds are run and thrown away before a system's first segment at each
+//!   concurrency ([`SETTLE_SECONDS`] before the others), then writes acknowledged within the
+//!   segments (`seconds` in all) count, with their latency.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -32,6 +36,13 @@ use super::stats::{LatencySummary, cpu_seconds};
 
 /// Seconds the servers' CPU is measured with no client.
 const IDLE_SECONDS: f64 = 2.0;
+
+/// Segments each system's measured time is cut into, alternating between the two.
+pub const SEGMENTS: u32 = 4;
+
+/// Seconds run and thrown away before every segment but the first of a system at one
+/// concurrency (its clients are connected and warm already).
+pub const SETTLE_SECONDS: f64 = 0.2;
 
 /// Settings of the commit part.
 #[derive(Debug, Clone)]
@@ -163,18 +174,29 @@ impl Writer {
     }
 }
 
+/// What one segment of one system measured.
+#[derive(Debug, Default)]
+struct Segment {
+    latencies_us: Vec<u64>,
+    errors: u64,
+    first_error: Option<String>,
+    server_cpu_s: f64,
+    client_cpu_s: f64,
+}
+
 /// Runs `writers` (one sequential loop each) for `warmup` + `measure`; what was acknowledged
-/// within `measure` counts, and the CPU the `servers` used meanwhile.
+/// within `measure` counts, and the CPU the `servers` used meanwhile. Returns the writers
+/// (connected, for the next segment) with what was measured.
 async fn drive(
     writers: Vec<Writer>,
-    servers: Vec<u32>,
+    servers: &[u32],
     warmup: Duration,
     measure: Duration,
-) -> Point {
-    let clients = writers.len();
+) -> anyhow::Result<(Vec<Writer>, Segment)> {
     let start = Instant::now() + warmup;
     let end = start + measure;
     let me = vec![std::process::id()];
+    let servers = servers.to_vec();
     let cpu = tokio::spawn(async move {
         tokio::time::sleep_until(start.into()).await;
         let (servers0, me0) = (cpu_seconds(&servers), cpu_seconds(&me));
@@ -207,38 +229,45 @@ async fn drive(
                         }
                     }
                 }
-                (latencies, errors, first_error)
+                (w, latencies, errors, first_error)
             })
         })
         .collect();
-    let mut latencies = Vec::new();
-    let mut errors = 0;
-    let mut first_error = None;
+    let mut writers = Vec::new();
+    let mut segment = Segment::default();
     for task in tasks {
-        match task.await {
-            Ok((l, e, f)) => {
-                latencies.extend(l);
-                errors += e;
-                if first_error.is_none() {
-                    first_error = f;
-                }
-            }
-            Err(e) => {
-                first_error.get_or_insert(format!("a client task failed: {e}"));
-            }
+        let (w, latencies, errors, first_error) = task.await.context("a client task failed")?;
+        writers.push(w);
+        segment.latencies_us.extend(latencies);
+        segment.errors += errors;
+        if segment.first_error.is_none() {
+            segment.first_error = first_error;
         }
     }
-    let (server_cpu_s, client_cpu_s) = cpu.await.unwrap_or_default();
-    let summary = LatencySummary::from_micros(latencies, measure.as_secs_f64());
+    (segment.server_cpu_s, segment.client_cpu_s) = cpu.await.unwrap_or_default();
+    Ok((writers, segment))
+}
+
+/// The point of `clients` clients from its segments, `measured_s` seconds in all.
+fn point(clients: usize, segments: Vec<Segment>, measured_s: f64) -> Point {
+    let mut all = Segment::default();
+    for s in segments {
+        all.latencies_us.extend(s.latencies_us);
+        all.errors += s.errors;
+        all.first_error = all.first_error.or(s.first_error);
+        all.server_cpu_s += s.server_cpu_s;
+        all.client_cpu_s += s.client_cpu_s;
+    }
+    let summary = LatencySummary::from_micros(all.latencies_us, measured_s);
     Point {
         clients,
         server_cpu_us_per_write: (summary.count > 0)
-            .then(|| server_cpu_s * 1e6 / summary.count as f64),
+            .then(|| all.server_cpu_s * 1e6 / summary.count as f64),
         summary,
-        errors,
-        first_error,
-        server_cpu_s,
-        client_cpu_s,
+        errors: all.errors,
+        first_error: all.first_error,
+        server_cpu_s: all.server_cpu_s,
+        client_cpu_s: all.client_cpu_s,
     }
 }
 
@@ -263,13 +292,44 @@ async fn idle_cpus(pids: &[u32], seconds: f64) -> f64 {
     (cpu_seconds(pids) - before) / seconds
 }
 
+/// Starts `perf record --call-graph dwarf` on the ring leader `pid` for `duration`, into
+/// `<dir>/perf-ring-leader-<clients>.data`.
+fn record_leader(
+    dir: &std::path::Path,
+    scratch: &std::path::Path,
+    clients: usize,
+    pid: u32,
+    duration: Duration,
+) -> anyhow::Result<Child> {
+    let file = dir.join(format!("perf-ring-leader-{clients}.data"));
+    Child::spawn(
+        "perf record",
+        std::path::Path::new("perf"),
+        &[
+            "record".into(),
+            "--call-graph".into(),
+            "dwarf,16384".into(),
+            "-F".into(),
+            "199".into(),
+            "-p".into(),
+            pid.to_string(),
+            "-o".into(),
+            file.display().to_string(),
+            "--".into(),
+            "sleep".into(),
+            format!("{}", duration.as_secs_f64().ceil()),
+        ],
+        scratch.join("perf.log"),
+    )
+}
+
 /// Runs the commit part.
 pub async fn run(opts: &CommitOptions) -> anyhow::Result<CommitReport> {
     let warmup = Duration::from_secs_f64(opts.warmup);
     let measure = Duration::from_secs_f64(opts.seconds);
     let payload_bytes = serde_json::to_vec(&ring_proposal(0, 1))?.len();
 
-    // etcd first, alone.
+    // Both systems up; each is measured idle while the other is idle too.
     let etcd_dir = opts.dir.join("etcd");
     std::fs::create_dir_all(&etcd_dir)?;
     let mut cluster = EtcdCluster::start(&etcd_dir, &opts.etcd).await?;
@@ -282,27 +342,7 @@ pub async fn run(opts: &CommitOptions) -> anyhow::Result<CommitReport> {
         request_timeout_ms: 10_000,
         ..EtcdClientOptions::default()
     };
-    let etcd_idle_cpus = idle_cpus(&cluster.pids(), IDLE_SECONDS).await;
-    let mut etcd = Vec::new();
-    for &clients in &opts.concurrency {
-        let mut writers = Vec::new();
-        for i in 0..clients {
-            writers.push(Writer::Etcd {
-                client: EtcdClient::connect(&leader_url, options).await?,
-                key: format!("/bench/{}", control_plane_name(i)).into_bytes(),
-                value: vec![b'x'; payload_bytes],
-            });
-        }
-        let point = drive(writers, cluster.pids(), warmup, measure).await;
-        print_point("etcd", &point);
-        etcd.push(point);
-    }
-    println!("  etcd idle: {etcd_idle_cpus:.3} CPUs");
-    cluster.stop();
-    drop(cluster);
-    let _ = std::fs::remove_dir_all(&etcd_dir);
 
-    // Then the ring, alone.
     let ring_dir = opts.dir.join("ring");
     std::fs::create_dir_all(&ring_dir)?;
     let spec = RingSpec {
@@ -342,49 +382,63 @@ pub async fn run(opts: &CommitOptions) -> anyhow::Result<CommitReport> {
     )
     .await?;
     let servers: Vec<u32> = ring.members.iter().filter_map(|m| m.proc.pid()).collect();
+    let etcd_idle_cpus = idle_cpus(&cluster.pids(), IDLE_SECONDS).await;
     let ring_idle_cpus = idle_cpus(&servers, IDLE_SECONDS).await;
-    let mut points = Vec::new();
+
+    let segment = measure / SEGMENTS;
+    let settle = Duration::from_secs_f64(SETTLE_SECONDS);
+    let (mut etcd, mut points) = (Vec::new(), Vec::new());
     for &clients in &opts.concurrency {
-        let mut writers = Vec::new();
+        let mut etcd_writers = Vec::new();
+        let mut ring_writers = Vec::new();
         for i in 0..clients {
-            writers.push(Writer::Ring {
+            etcd_writers.push(Writer::Etcd {
+                client: EtcdClient::connect(&leader_url, options).await?,
+                key: format!("/bench/{}", control_plane_name(i)).into_bytes(),
+                value: vec![b'x'; payload_bytes],
+            });
+            ring_writers.push(Writer::Ring {
                 client: ring.connect(leader).await?,
                 name: control_plane_name(i),
             });
         }
-        let mut perf = None;
-        if let Some(dir) = &opts.perf {
-            let file = dir.join(format!("perf-ring-leader-{clients}.data"));
-            let pid = ring.members[leader].proc.pid().context("the leader runs")?;
-            perf = Some(Child::spawn(
-                "perf record",
-                std::path::Path::new("perf"),
-                &[
-                    "record".into(),
-                    "--call-graph".into(),
-                    "dwarf,16384".into(),
-                    "-F".into(),
-                    "199".into(),
-                    "-p".into(),
-                    pid.to_string(),
-                    "-o".into(),
-                    file.display().to_string(),
-                    "--".into(),
-                    "sleep".into(),
-                    format!("{}", (opts.warmup + opts.seconds).ceil()),
-                ],
-                opts.dir.join("perf.log"),
-            )?);
+        let (mut etcd_segments, mut ring_segments) = (Vec::new(), Vec::new());
+        for n in 0..SEGMENTS {
+            let lead_in = if n == 0 { warmup } else { settle };
+            let (w, measured) = drive(etcd_writers, &cluster.pids(), lead_in, segment).await?;
+            etcd_writers = w;
+            etcd_segments.push(measured);
+
+            let perf = match (&opts.perf, n) {
+                (Some(dir), 0) => Some(record_leader(
+                    dir,
+                    &opts.dir,
+                    clients,
+                    ring.members[leader].proc.pid().context("the leader runs")?,
+                    lead_in + segment,
+                )?),
+                _ => None,
+            };
+            let (w, measured) = drive(ring_writers, &servers, lead_in, segment).await?;
+            ring_writers = w;
+            ring_segments.push(measured);
+            if let Some(mut p) = perf {
+                // perf stops by itself after the sleep; let it write its file.
+                p.wait_exit(Duration::from_secs(60));
+            }
         }
-        let point = drive(writers, servers.clone(), warmup, measure).await;
-        if let Some(mut p) = perf.take() {
-            // perf stops by itself after the sleep; let it write its file.
-            p.wait_exit(Duration::from_secs(60));
-        }
-        print_point("ring", &point);
-        points.push(point);
+        let measured_s = segment.as_secs_f64() * f64::from(SEGMENTS);
+        let e = point(clients, etcd_segments, measured_s);
+        let r = point(clients, ring_segments, measured_s);
+        print_point("etcd", &e);
+        print_point("ring", &r);
+        etcd.push(e);
+        points.push(r);
     }
-    println!("  ring idle: {ring_idle_cpus:.3} CPUs");
+    println!("  idle: etcd {etcd_idle_cpus:.3} CPUs, ring {ring_idle_cpus:.3} CPUs");
+    cluster.stop();
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&etcd_dir);
     ring.stop();
     drop(ring);
     let _ = std::fs::remove_dir_all(&ring_dir);
