@@ -478,4 +478,31 @@ mod tests {
             .len();
         assert_eq!(a, b);
     }
+
+    #[test]
+    fn segments_merge_into_one_point_over_the_whole_measured_time() {
+        let segments = vec![
+            Segment {
+                latencies_us: vec![1_000, 3_000],
+                errors: 0,
+                first_error: None,
+                server_cpu_s: 0.002,
+                client_cpu_s: 0.1,
+            },
+            Segment {
+                latencies_us: vec![2_000],
+                errors: 2,
+                first_error: Some("late".into()),
+                server_cpu_s: 0.001,
+                client_cpu_s: 0.1,
+            },
+        ];
+        let p = point(16, segments, 2.0);
+        assert_eq!((p.clients, p.summary.count, p.errors), (16, 3, 2));
+        assert_eq!(p.summary.per_second, 1.5);
+        assert_eq!(p.summary.p50_us, 2_000);
+        assert_eq!(p.first_error.as_deref(), Some("late"));
+        assert!((p.server_cpu_us_per_write.unwrap() - 1_000.0).abs() < 1e-6);
+        assert!((p.client_cpu_s - 0.2).abs() < 1e-9);
+    }
 }
