@@ -314,12 +314,7 @@ async fn a_switchover_loses_no_acknowledged_write() {
     let writer = tokio::spawn(write_until_refused(etcd_at(&cp, "a").await, "s", stopped));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = Instant::now();
-    let out = ring.ringctl(&["switchover", "cp2", "--to", "b", "--reason", "test"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    switchover(&ring, "cp2", "b");
     let moved = running_on(&ring, "cp2", "b").await;
     let took = started.elapsed();
     let _ = stop.send(true);
@@ -378,15 +373,7 @@ async fn a_former_owner_s_late_snapshot_is_never_restored_when_the_control_plane
             .await
             .unwrap();
     }
-    let switchover = |to: &str| {
-        let out = ring.ringctl(&["switchover", "cp7", "--to", to, "--reason", "test"]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    switchover("b");
+    switchover(&ring, "cp7", "b");
     let at_b = running_on(&ring, "cp7", "b").await;
 
     // What a member frozen inside an upload leaves behind when it wakes up after the move: a
@@ -411,7 +398,7 @@ async fn a_former_owner_s_late_snapshot_is_never_restored_when_the_control_plane
             .await
             .unwrap();
     }
-    switchover("a");
+    switchover(&ring, "cp7", "a");
     let back = running_on(&ring, "cp7", "a").await;
     let got = keys_at(&back, "a").await;
     let restored = back.migration.unwrap().restored;
@@ -433,6 +420,16 @@ async fn a_former_owner_s_late_snapshot_is_never_restored_when_the_control_plane
         ring.procs[0].log()
     );
     println!("returned to a: restored {restored}, {} keys", got.len());
+}
+
+/// `ringctl switchover NAME --to TO`, which must succeed.
+fn switchover(ring: &Ring, name: &str, to: &str) {
+    let out = ring.ringctl(&["switchover", name, "--to", to, "--reason", "test"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Puts `file` into `location` under `v2/<name>`.

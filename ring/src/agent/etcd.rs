@@ -40,7 +40,7 @@ use tracing::Instrument as _;
 
 use super::driver::{Guard, Target};
 use super::gate::Gate;
-use super::lease_runs_out;
+use super::{lease_ran_out, lease_runs_out};
 use crate::backup::copy::{CopyOptions, CopyProgress};
 use crate::backup::etcd::{EtcdClient, EtcdClientOptions};
 use crate::backup::location::BackupLocation;
@@ -771,9 +771,9 @@ fn set_healthy(shared: &Shared, ok: bool) {
 /// Takes a snapshot into `own` if this member still owns it; `Ok(Err(why))` when it lost
 /// ownership (DESIGN.md rule 4).
 ///
-/// Ownership is checked twice: before etcd is asked for anything, and after the upload, just
-/// before it is completed (the marker again, and the lease: a member frozen mid-upload wakes
-/// up past its deadline, its location maybe taken over already). What is left is the
+/// Ownership (the lease, then the marker) is checked twice: before etcd is asked for anything,
+/// and after the upload, just before it is completed (a member frozen mid-upload wakes up past
+/// its deadline, its location maybe taken over already). What is left is the
 /// completion itself: a member frozen inside it completes the upload when it wakes up. A
 /// snapshot completed after its check is not deleted: it cannot be told apart from one
 /// completed just before a new host took over, which that host may be copying.
@@ -786,7 +786,7 @@ async fn snapshot(
     final_: bool,
 ) -> Result<Result<TakenSnapshot, String>, String> {
     let store = own.store();
-    if let Some(lost) = lost_ownership(runtime, target, own, None).await? {
+    if let Some(lost) = lost_ownership(runtime, target, own, deadline).await? {
         return Ok(Err(lost));
     }
     let at_ms = unix_ms();
@@ -800,7 +800,7 @@ async fn snapshot(
     )
     .await
     .map_err(|e| e.to_string())?;
-    if let Some(lost) = lost_ownership(runtime, target, own, Some(deadline)).await? {
+    if let Some(lost) = lost_ownership(runtime, target, own, deadline).await? {
         if let Err(e) = staged.abort().await {
             tracing::warn!("{e}");
         }
@@ -811,23 +811,19 @@ async fn snapshot(
     Ok(Ok(taken))
 }
 
-/// Why this member may no longer write into `own`, if so: the location's marker names a later
-/// owner, or (with `deadline`) the lease ran out.
+/// Why this member may no longer write into `own`, if so: its lease ran out, or the
+/// location's marker names a later owner.
 async fn lost_ownership(
     runtime: &EtcdRuntime,
     target: &Target,
     own: &BackupLocation,
-    deadline: Option<&watch::Receiver<u64>>,
+    deadline: &watch::Receiver<u64>,
 ) -> Result<Option<String>, String> {
-    if let Some(deadline) = deadline {
-        let (now_ms, deadline_ms) = (monotonic_ms(), *deadline.borrow());
-        if now_ms >= deadline_ms {
-            return Ok(Some(format!(
-                "the lease ran out {} ms ago (epoch {}): not uploading",
-                now_ms - deadline_ms,
-                target.epoch
-            )));
-        }
+    if lease_ran_out(deadline) {
+        return Ok(Some(format!(
+            "the lease ran out (epoch {}): not uploading",
+            target.epoch
+        )));
     }
     let marker = marker::read(&own.store(), own.prefix())
         .await

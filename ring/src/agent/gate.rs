@@ -27,8 +27,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
-use super::lease_runs_out;
-use crate::time::monotonic_ms;
+use super::{lease_ran_out, lease_runs_out};
 
 /// Most connections relayed at once.
 pub const MAX_CONNECTIONS: usize = 1024;
@@ -149,10 +148,6 @@ async fn relay(client: TcpStream, target: SocketAddr, deadline: watch::Receiver<
     );
 }
 
-fn lease_ran_out(deadline: &watch::Receiver<u64>) -> bool {
-    monotonic_ms() >= *deadline.borrow()
-}
-
 /// Copies `from` to `to` chunk by chunk, each only while the lease runs; at the end of `from`,
 /// shuts `to` down for writing (a half-close, as the client or workload meant it).
 async fn forward(
@@ -175,6 +170,7 @@ async fn forward(
 
 #[cfg(test)]
 mod tests {
+    use crate::time::monotonic_ms;
     use std::time::Duration;
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

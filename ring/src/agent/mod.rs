@@ -81,6 +81,11 @@ pub(crate) async fn lease_runs_out(deadline: &mut watch::Receiver<u64>, margin_m
     }
 }
 
+/// Whether the lease whose deadline (monotonic ms) `deadline` holds has run out.
+pub(crate) fn lease_ran_out(deadline: &watch::Receiver<u64>) -> bool {
+    monotonic_ms() >= *deadline.borrow()
+}
+
 /// One member's agent.
 pub struct Agent {
     me: NodeId,
