@@ -4,6 +4,7 @@ use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use garden_ring::core::backup_name::SnapshotName;
 use garden_ring_tests::{binary, eventually, ringctl};
 use serde_json::Value;
 
@@ -298,7 +299,8 @@ async fn demo_fail_zone_moves_an_etcd_control_plane_with_its_data() {
         .await
         .unwrap();
     let revision = etcd.put(b"/registry/demo", b"kept").await.unwrap();
-    // The next periodic snapshot (every 5 s in the demo) holds it.
+    // The next periodic snapshot (every 5 s in the demo) holds it: a complete one, not the
+    // staging file (`<name>#<n>`) of an upload still under way, which a zone loss would cut.
     let zone_dir = dir
         .path()
         .join("backups")
@@ -310,9 +312,8 @@ async fn demo_fail_zone_moves_an_etcd_control_plane_with_its_data() {
         "a snapshot holds the key",
         || async {
             std::fs::read_dir(&zone_dir).ok()?.flatten().find_map(|e| {
-                let name = e.file_name().to_string_lossy().into_owned();
-                let last: u64 = name.split('-').nth(2)?.parse().ok()?;
-                (last >= revision).then_some(())
+                let name = SnapshotName::parse(&e.file_name().to_string_lossy()).ok()?;
+                (name.last_revision() >= revision).then_some(())
             })
         },
     )
