@@ -576,8 +576,11 @@ async fn a_member_the_survivor_never_knew_is_refused_and_stops_after_the_recover
     let mut ring = Ring::start(RingOptions::default());
     ring.wait_leader(&[0, 1, 2], &[], FORM).await;
     // a has the founders' registration (without it there is no ring to recover from a).
+    // Status lists the Raft configuration's nodes before they are registered, always with
+    // health unknown; a health that changed was applied to a registered member.
     eventually(FORM, "a applied the founders' registration", || async {
-        (status(&ring.procs[0]).await.ok()?.members.len() == 3).then_some(())
+        let s = status(&ring.procs[0]).await.ok()?;
+        (s.members.len() == 3 && s.members.iter().all(|m| m.health == "healthy")).then_some(())
     })
     .await;
     // a is down (its data kept) while b and c add and promote d.
