@@ -26,6 +26,9 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use serde::Serialize;
 
+/// Most concurrent clients `--clients` takes (each is a connection and a task).
+pub const MAX_CLIENTS: usize = 1024;
+
 /// The parts of the benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -65,6 +68,9 @@ pub struct BenchArgs {
     /// Measured seconds per system and concurrency in `commit` [default: 10; --quick: 3].
     #[arg(long)]
     seconds: Option<f64>,
+    /// Concurrent clients in `commit`; repeat for several [default: 1, 16 and 64].
+    #[arg(long, value_name = "N")]
+    clients: Vec<usize>,
     /// Kill-the-host trials in `failover`, half of them (rounded up) killing the leader
     /// [default: 5; --quick: 2].
     #[arg(long)]
@@ -132,6 +138,16 @@ impl Settings {
         if !(0.5..=600.0).contains(&seconds) {
             bail!("--seconds must be 0.5 to 600");
         }
+        let mut concurrency = if args.clients.is_empty() {
+            vec![1, 16, 64]
+        } else {
+            args.clients.clone()
+        };
+        concurrency.sort_unstable();
+        concurrency.dedup();
+        if let Some(n) = concurrency.iter().find(|n| !(1..=MAX_CLIENTS).contains(*n)) {
+            bail!("--clients must be 1 to {MAX_CLIENTS} (got {n})");
+        }
         let trials = args.trials.unwrap_or(if args.quick { 2 } else { 5 });
         if !(1..=100).contains(&trials) {
             bail!("--trials must be 1 to 100");
@@ -159,7 +175,7 @@ impl Settings {
             parts,
             seconds,
             warmup: if args.quick { 1.0 } else { 2.0 },
-            concurrency: vec![1, 16, 64],
+            concurrency,
             trials,
             copy_mib,
             quick: args.quick,
@@ -789,7 +805,11 @@ pub fn main(args: BenchArgs) -> anyhow::Result<bool> {
         None
     };
     garden_ring::tls::install_crypto_provider();
+    // The load generator's threads are fixed (one per CPU), so that TOKIO_WORKER_THREADS set
+    // for the ringd it starts does not change the clients too.
+    let cpus = std::thread::available_parallelism().map_or(2, usize::from);
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cpus)
         .enable_all()
         .build()?;
     let scratch = tempfile::Builder::new()
@@ -933,6 +953,10 @@ mod tests {
         assert!(settings(&["--seconds", "0.1"]).is_err());
         assert!(settings(&["--copy-mib", "4"]).is_err());
         assert!(settings(&["--only", "nope"]).is_err());
+        let c = settings(&["--clients", "16", "--clients", "1", "--clients", "16"]).unwrap();
+        assert_eq!(c.concurrency, vec![1, 16]);
+        assert!(settings(&["--clients", "0"]).is_err());
+        assert!(settings(&["--clients", "1025"]).is_err());
     }
 
     #[test]

@@ -6,18 +6,21 @@
 //! back off (see [`RaftNetworkV2::backoff`]), and it is logged once when it becomes unreachable and
 //! once when it comes back, not on every failed heartbeat.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use openraft::OptionalSend;
+use openraft::base::{BoxFuture, BoxStream};
 use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
-use openraft::network::{Backoff, RPCOption, RaftNetworkFactory, RaftNetworkV2};
+use openraft::network::{
+    Backoff, RPCOption, RaftNetworkFactory, RaftNetworkV2, stream_append_sequential,
+};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
-    TransferLeaderResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult,
+    TransferLeaderRequest, TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -168,6 +171,7 @@ impl PeerNetwork {
             target,
             node: node.clone(),
             pool: self.pool.clone(),
+            pipelined: true,
         }
     }
 
@@ -186,16 +190,21 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             target,
             node: node.clone(),
             pool: self.pool.clone(),
+            pipelined: true,
         }
     }
 }
 
 /// Raft RPCs to one peer.
+#[derive(Clone)]
 pub struct PeerClient {
     me: NodeId,
     target: NodeId,
     node: MemberNode,
     pool: Arc<PeerPool>,
+    /// Whether replication uses the `StreamAppend` RPC; cleared when the peer lacks it (an
+    /// older version), for the life of this client (one leadership term's replication).
+    pipelined: bool,
 }
 
 /// How a failed call is reported to openraft.
@@ -270,44 +279,54 @@ impl PeerClient {
         T: DeserializeOwned,
     {
         match result {
-            Ok(resp) => {
-                self.pool.mark_reachable(self.target, &self.node);
-                let msg = resp.into_inner();
-                if msg.codec != CODEC_VERSION {
-                    return Err(CallError::Network(format!(
-                        "peer {} answered with codec {} (we speak {CODEC_VERSION})",
-                        self.target, msg.codec
-                    )));
-                }
-                decode(what, &msg.payload).map_err(|e| CallError::Network(e.to_string()))
-            }
-            Err(status) if classify(&status) => {
-                let why = status.message().to_string();
-                self.pool.mark_unreachable(self.target, &self.node, &why);
-                Err(CallError::Unreachable(why))
-            }
-            Err(status)
-                if status.code() == tonic::Code::FailedPrecondition
-                    && status.message().starts_with(REMOVED_MARKER) =>
-            {
-                let message = status.message().to_string();
-                self.pool.removed.send_if_modified(|r| {
-                    let first = r.is_none();
-                    if first {
-                        *r = Some(message.clone());
-                    }
-                    first
-                });
-                Err(CallError::Network(message))
-            }
-            Err(status) => Err(CallError::Network(format!(
-                "peer {} ({}): {}: {}",
-                self.target,
-                self.node.address,
-                status.code(),
-                status.message()
-            ))),
+            Ok(resp) => self.answer(resp.into_inner(), what),
+            Err(status) => Err(self.status_error(&status)),
         }
+    }
+
+    /// Decodes an answer of the peer (which is reachable, then).
+    fn answer<T: DeserializeOwned>(
+        &self,
+        msg: pb::RaftMessage,
+        what: &'static str,
+    ) -> Result<T, CallError> {
+        self.pool.mark_reachable(self.target, &self.node);
+        if msg.codec != CODEC_VERSION {
+            return Err(CallError::Network(format!(
+                "peer {} answered with codec {} (we speak {CODEC_VERSION})",
+                self.target, msg.codec
+            )));
+        }
+        decode(what, &msg.payload).map_err(|e| CallError::Network(e.to_string()))
+    }
+
+    /// What a failed call's `status` means, noting an unreachable peer or a removal.
+    fn status_error(&self, status: &tonic::Status) -> CallError {
+        if classify(status) {
+            let why = status.message().to_string();
+            self.pool.mark_unreachable(self.target, &self.node, &why);
+            return CallError::Unreachable(why);
+        }
+        if status.code() == tonic::Code::FailedPrecondition
+            && status.message().starts_with(REMOVED_MARKER)
+        {
+            let message = status.message().to_string();
+            self.pool.removed.send_if_modified(|r| {
+                let first = r.is_none();
+                if first {
+                    *r = Some(message.clone());
+                }
+                first
+            });
+            return CallError::Network(message);
+        }
+        CallError::Network(format!(
+            "peer {} ({}): {}: {}",
+            self.target,
+            self.node.address,
+            status.code(),
+            status.message()
+        ))
     }
 
     /// Asks the peer how it sees this member (see the `Ping` RPC). A peer that reports this
@@ -370,8 +389,214 @@ impl PeerClient {
     }
 }
 
+/// Requests of a `StreamAppend` stream sent and not answered yet, oldest first: when each went
+/// out. Shared by the sending side (which pushes) and the answering side (which pops).
+#[derive(Default)]
+struct Unanswered {
+    sent: Mutex<VecDeque<Instant>>,
+    /// Wakes the answering side when a request goes out while it waits with none unanswered.
+    more: tokio::sync::Notify,
+    /// Why the sending side stopped early (a request that could not be encoded).
+    failed: Mutex<Option<String>>,
+}
+
+impl Unanswered {
+    fn push(&self) {
+        lock(&self.sent).push_back(Instant::now());
+        self.more.notify_one();
+    }
+
+    fn oldest(&self) -> Option<Instant> {
+        lock(&self.sent).front().copied()
+    }
+
+    fn pop(&self) -> bool {
+        lock(&self.sent).pop_front().is_some()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The answering side of a `StreamAppend` stream.
+struct Answers {
+    peer: PeerClient,
+    stream: tonic::Streaming<pb::RaftMessage>,
+    unanswered: Arc<Unanswered>,
+    /// Longest wait for the answer to the oldest unanswered request.
+    patience: Duration,
+}
+
+type AppendResult = Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>;
+
+impl Answers {
+    /// The next answer; `None` when the stream ended. An error is the last item.
+    async fn next(&mut self) -> Option<AppendResult> {
+        loop {
+            let received = match self.unanswered.oldest() {
+                Some(sent) => {
+                    let deadline = tokio::time::Instant::from_std(sent + self.patience);
+                    match tokio::time::timeout_at(deadline, self.stream.message()).await {
+                        Ok(received) => received,
+                        Err(_) => {
+                            let why = format!(
+                                "peer {} did not answer an append within {} ms",
+                                self.peer.target,
+                                self.patience.as_millis()
+                            );
+                            self.peer.pool.mark_unreachable(
+                                self.peer.target,
+                                &self.peer.node,
+                                &why,
+                            );
+                            return Some(Err(CallError::Unreachable(why).into_rpc()));
+                        }
+                    }
+                }
+                // Nothing to wait for: an answer now would be a protocol error, and the stream
+                // may stay quiet for long (no new entries).
+                None => tokio::select! {
+                    received = self.stream.message() => received,
+                    () = self.unanswered.more.notified() => continue,
+                },
+            };
+            return match received {
+                Ok(Some(msg)) => {
+                    if !self.unanswered.pop() {
+                        return Some(Err(CallError::Network(format!(
+                            "peer {} answered an append it was not sent",
+                            self.peer.target
+                        ))
+                        .into_rpc()));
+                    }
+                    Some(
+                        self.peer
+                            .answer(msg, "append-entries result")
+                            .map_err(CallError::into_rpc),
+                    )
+                }
+                Ok(None) => lock(&self.unanswered.failed)
+                    .take()
+                    .map(|why| Err(CallError::Network(why).into_rpc())),
+                Err(status) => Some(Err(self.peer.status_error(&status).into_rpc())),
+            };
+        }
+    }
+}
+
+/// Why a `StreamAppend` stream could not be opened.
+enum OpenError {
+    /// The peer does not have the RPC (an older version).
+    Unimplemented,
+    Call(CallError),
+}
+
+impl PeerClient {
+    /// Opens a `StreamAppend` stream that sends `input` as it comes and answers in order.
+    async fn open_append_stream<S>(
+        &self,
+        input: S,
+        option: &RPCOption,
+    ) -> Result<Answers, OpenError>
+    where
+        S: futures::Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
+    {
+        use futures::StreamExt;
+        let unanswered = Arc::new(Unanswered::default());
+        let requests = {
+            let (peer, unanswered) = (self.clone(), unanswered.clone());
+            input.scan((), move |(), rpc| {
+                let msg = match peer.message("append-entries request", &rpc) {
+                    Ok(msg) => {
+                        unanswered.push();
+                        Some(msg)
+                    }
+                    Err(e) => {
+                        *lock(&unanswered.failed) = Some(e.message());
+                        None
+                    }
+                };
+                futures::future::ready(msg)
+            })
+        };
+        let mut client = self.client().map_err(OpenError::Call)?;
+        // Opening waits for the peer's response headers, which it sends at once.
+        let patience = option.hard_ttl();
+        let opened = tokio::time::timeout(patience, client.stream_append(requests))
+            .await
+            .map_err(|_| {
+                let why = format!(
+                    "peer {} did not open an append stream within {} ms",
+                    self.target,
+                    patience.as_millis()
+                );
+                self.pool.mark_unreachable(self.target, &self.node, &why);
+                OpenError::Call(CallError::Unreachable(why))
+            })?;
+        match opened {
+            Ok(response) => Ok(Answers {
+                peer: self.clone(),
+                stream: response.into_inner(),
+                unanswered,
+                patience,
+            }),
+            Err(status) if status.code() == tonic::Code::Unimplemented => {
+                Err(OpenError::Unimplemented)
+            }
+            Err(status) => Err(OpenError::Call(self.status_error(&status))),
+        }
+    }
+}
+
 impl RaftNetworkV2<TypeConfig> for PeerClient {
     type SnapshotData = SnapshotData;
+
+    /// Pipelined replication: requests go out as openraft produces them, without waiting for
+    /// the answer to the one before (which a commit-index update right after each commit would
+    /// otherwise hold up). Falls back to one request at a time for a peer that lacks
+    /// `StreamAppend`.
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
+        option: RPCOption,
+    ) -> BoxFuture<'s, Result<BoxStream<'s, AppendResult>, RPCError<TypeConfig>>>
+    where
+        S: futures::Stream<Item = AppendEntriesRequest<TypeConfig>>
+            + OptionalSend
+            + Unpin
+            + 'static,
+    {
+        if !self.pipelined {
+            return stream_append_sequential(self, input, option);
+        }
+        Box::pin(async move {
+            match self.open_append_stream(input, &option).await {
+                Ok(answers) => {
+                    let answers = futures::stream::unfold(Some(answers), |state| async move {
+                        let mut answers = state?;
+                        let item = answers.next().await?;
+                        let more = matches!(item, Ok(Ok(_)));
+                        Some((item, more.then_some(answers)))
+                    });
+                    Ok(Box::pin(answers) as BoxStream<'s, AppendResult>)
+                }
+                Err(OpenError::Unimplemented) => {
+                    self.pipelined = false;
+                    tracing::info!(
+                        peer = self.target,
+                        "peer lacks StreamAppend (an older version); replicating to it one request at a time"
+                    );
+                    Err(CallError::Network(format!(
+                        "peer {} lacks StreamAppend; retrying one request at a time",
+                        self.target
+                    ))
+                    .into_rpc())
+                }
+                Err(OpenError::Call(e)) => Err(e.into_rpc()),
+            }
+        })
+    }
 
     async fn append_entries(
         &mut self,
@@ -476,3 +701,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         Some(Backoff::new(steps))
     }
 }
+
+#[cfg(test)]
+#[path = "network_test.rs"]
+mod tests;

@@ -76,7 +76,8 @@ pub struct Handlers {
     pub renew: Arc<dyn RenewHandler>,
 }
 
-/// The `gardenring.v1.Raft` service of one member.
+/// The `gardenring.v1.Raft` service of one member. Cheap to clone: clones share everything.
+#[derive(Clone)]
 pub struct PeerService {
     me: NodeId,
     raft: RaftNode,
@@ -215,8 +216,18 @@ impl PeerService {
         request: Request<pb::RaftMessage>,
         what: &'static str,
     ) -> Result<(NodeId, T), Status> {
-        self.check_sender(ConnInfo::of(&request), request.get_ref().from)?;
-        let msg = request.into_inner();
+        let info = ConnInfo::of(&request).cloned();
+        self.open_message(info.as_ref(), request.into_inner(), what)
+    }
+
+    /// [`Self::open`] for one message of a stream that came over the connection `info`.
+    fn open_message<T: DeserializeOwned>(
+        &self,
+        info: Option<&ConnInfo>,
+        msg: pb::RaftMessage,
+        what: &'static str,
+    ) -> Result<(NodeId, T), Status> {
+        self.check_sender(info, msg.from)?;
         self.check_addressing(msg.from, msg.to, msg.codec, msg.generation)?;
         let value =
             decode(what, &msg.payload).map_err(|e| Status::invalid_argument(e.to_string()))?;
@@ -273,6 +284,53 @@ impl pb::raft_server::Raft for PeerService {
         let resp = self.raft.append_entries(req).await.map_err(stopped)?;
         self.contact.touch();
         self.reply(from, "append-entries response", &resp)
+    }
+
+    type StreamAppendStream = futures::stream::BoxStream<'static, Result<pb::RaftMessage, Status>>;
+
+    async fn stream_append(
+        &self,
+        request: Request<Streaming<pb::RaftMessage>>,
+    ) -> Result<Response<Self::StreamAppendStream>, Status> {
+        use futures::StreamExt;
+        let info = ConnInfo::of(&request).cloned();
+        // Each message is checked like a unary AppendEntries. The first one that fails ends
+        // the input; the answers to the ones before it still go out, then its error.
+        let refused: Arc<Mutex<Option<Status>>> = Arc::default();
+        let sender = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let input = {
+            let (this, refused, sender) = (self.clone(), refused.clone(), sender.clone());
+            request.into_inner().scan((), move |(), item| {
+                let opened = item.and_then(|msg| {
+                    this.open_message(info.as_ref(), msg, "append-entries request")
+                });
+                futures::future::ready(match opened {
+                    Ok((from, req)) => {
+                        sender.store(from, std::sync::atomic::Ordering::Relaxed);
+                        Some(req)
+                    }
+                    Err(status) => {
+                        *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(status);
+                        None
+                    }
+                })
+            })
+        };
+        let this = self.clone();
+        let answers = self.raft.stream_append(input).map(move |result| {
+            let result = result.map_err(stopped)?;
+            if result.is_ok() {
+                this.contact.touch();
+            }
+            let to = sender.load(std::sync::atomic::Ordering::Relaxed);
+            this.reply(to, "append-entries result", &result)
+                .map(Response::into_inner)
+        });
+        let last = futures::stream::once(async move {
+            refused.lock().unwrap_or_else(|e| e.into_inner()).take()
+        })
+        .filter_map(|status| futures::future::ready(status.map(Err)));
+        Ok(Response::new(answers.chain(last).boxed()))
     }
 
     async fn install_snapshot(
