@@ -318,10 +318,9 @@ impl pb::raft_server::Raft for PeerService {
         };
         let this = self.clone();
         let answers = self.raft.stream_append(input).map(move |result| {
+            // As for a unary AppendEntries: any answer Raft gives means a leader made contact.
             let result = result.map_err(stopped)?;
-            if result.is_ok() {
-                this.contact.touch();
-            }
+            this.contact.touch();
             let to = sender.load(std::sync::atomic::Ordering::Relaxed);
             this.reply(to, "append-entries result", &result)
                 .map(Response::into_inner)
