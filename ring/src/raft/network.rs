@@ -419,6 +419,20 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Ends the sending side of a `StreamAppend` stream when dropped.
+///
+/// The sending side is polled by the HTTP/2 connection, not by whoever reads the answers, so
+/// it would otherwise outlive them. openraft's request streams of one follower share their
+/// state: a sending side left running after its session ended (an error, a timeout) would
+/// take the next session's entries and send them down a stream nobody reads any more.
+struct StopSending(futures::stream::AbortHandle);
+
+impl Drop for StopSending {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// The answering side of a `StreamAppend` stream.
 struct Answers {
     peer: PeerClient,
@@ -426,6 +440,8 @@ struct Answers {
     unanswered: Arc<Unanswered>,
     /// Longest wait for the answer to the oldest unanswered request.
     patience: Duration,
+    /// Ends the sending side when the answers are dropped.
+    _stop_sending: StopSending,
 }
 
 type AppendResult = Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>;
@@ -504,6 +520,9 @@ impl PeerClient {
     {
         use futures::StreamExt;
         let unanswered = Arc::new(Unanswered::default());
+        let (abort, registration) = futures::stream::AbortHandle::new_pair();
+        // From here on, every way out (an error, a timeout, the answers dropped) ends sending.
+        let stop_sending = StopSending(abort);
         let requests = {
             let (peer, unanswered) = (self.clone(), unanswered.clone());
             input.scan((), move |(), rpc| {
@@ -520,6 +539,7 @@ impl PeerClient {
                 futures::future::ready(msg)
             })
         };
+        let requests = futures::stream::Abortable::new(requests, registration);
         let mut client = self.client().map_err(OpenError::Call)?;
         // Opening waits for the peer's response headers, which it sends at once.
         let patience = option.hard_ttl();
@@ -540,6 +560,7 @@ impl PeerClient {
                 stream: response.into_inner(),
                 unanswered,
                 patience,
+                _stop_sending: stop_sending,
             }),
             Err(status) if status.code() == tonic::Code::Unimplemented => {
                 Err(OpenError::Unimplemented)

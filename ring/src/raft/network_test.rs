@@ -225,6 +225,26 @@ async fn appends_go_out_before_earlier_answers_are_read_and_answers_come_in_orde
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_answers_stops_the_sending_side() {
+    // openraft ends a session by dropping the answers; the requests' source must be let go
+    // then, or a later session's entries would go down this stream.
+    let follower = Follower::start(Mode::Serve).await;
+    let mut client = follower.client();
+    let (tx, rx) = mpsc::channel(8);
+    let mut answers = client
+        .stream_append(ReceiverStream::new(rx), option())
+        .await
+        .expect("the stream opens");
+    tx.send(append(None, 0..1)).await.unwrap();
+    let first = answers.next().await.expect("an answer").expect("no error");
+    assert_eq!(first, Ok(Some(log_id(1, 1, 0))));
+    drop(answers);
+    tokio::time::timeout(Duration::from_secs(5), tx.closed())
+        .await
+        .expect("the sending side let go of the requests' source");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conflict_is_the_last_answer() {
     let follower = Follower::start(Mode::Serve).await;
     let mut client = follower.client();
