@@ -85,10 +85,7 @@ impl PeerPool {
     /// Drops every cached channel, so the next calls connect anew (with the certificates in
     /// use now). Calls in flight finish on their old connection.
     pub fn reconnect_all(&self) {
-        self.channels
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        lock(&self.channels).clear();
     }
 
     /// Becomes `Some(message)` once a peer reports that this member was removed from the ring.
@@ -104,7 +101,7 @@ impl PeerPool {
         name: &str,
         address: &str,
     ) -> Result<Channel, tonic::transport::Error> {
-        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        let mut channels = lock(&self.channels);
         let key = (address.to_string(), name.to_string());
         if let Some((cached, channel)) = channels.get(&target)
             && *cached == key
@@ -126,14 +123,14 @@ impl PeerPool {
     }
 
     fn mark_reachable(&self, target: NodeId, node: &MemberNode) {
-        let mut unreachable = self.unreachable.lock().unwrap_or_else(|e| e.into_inner());
+        let mut unreachable = lock(&self.unreachable);
         if unreachable.remove(&target).is_some() {
             tracing::info!(peer = target, name = %node.name, address = %node.address, "peer reachable again");
         }
     }
 
     fn mark_unreachable(&self, target: NodeId, node: &MemberNode, why: &str) {
-        let mut unreachable = self.unreachable.lock().unwrap_or_else(|e| e.into_inner());
+        let mut unreachable = lock(&self.unreachable);
         unreachable.entry(target).or_insert_with(|| {
             tracing::warn!(peer = target, name = %node.name, address = %node.address, error = %why, "peer unreachable");
             why.to_string()
@@ -142,10 +139,7 @@ impl PeerPool {
 
     /// Peers currently unreachable, with the last error seen.
     pub fn unreachable(&self) -> HashMap<NodeId, String> {
-        self.unreachable
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        lock(&self.unreachable).clone()
     }
 }
 
@@ -415,6 +409,7 @@ impl Unanswered {
     }
 }
 
+/// Locks `m`; a panic while it was held leaves nothing half-done in these maps and queues.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

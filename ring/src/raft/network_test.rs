@@ -198,15 +198,26 @@ fn option() -> RPCOption {
     RPCOption::new(Duration::from_millis(500))
 }
 
+/// Opens a pipelined stream from `client`: where to put requests, and the answers.
+async fn open(
+    client: &mut PeerClient,
+) -> (
+    mpsc::Sender<AppendEntriesRequest<TypeConfig>>,
+    BoxStream<'_, AppendResult>,
+) {
+    let (tx, rx) = mpsc::channel(8);
+    let answers = client
+        .stream_append(ReceiverStream::new(rx), option())
+        .await
+        .expect("the stream opens");
+    (tx, answers)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn appends_go_out_before_earlier_answers_are_read_and_answers_come_in_order() {
     let follower = Follower::start(Mode::Serve).await;
     let mut client = follower.client();
-    let (tx, rx) = mpsc::channel(8);
-    let mut answers = client
-        .stream_append(ReceiverStream::new(rx), option())
-        .await
-        .expect("the stream opens");
+    let (tx, mut answers) = open(&mut client).await;
     tx.send(append(None, 0..1)).await.unwrap();
     tx.send(append(Some(0), 1..3)).await.unwrap();
     // No answer has been read: one request at a time would not have sent the second.
@@ -230,11 +241,7 @@ async fn dropping_the_answers_stops_the_sending_side() {
     // then, or a later session's entries would go down this stream.
     let follower = Follower::start(Mode::Serve).await;
     let mut client = follower.client();
-    let (tx, rx) = mpsc::channel(8);
-    let mut answers = client
-        .stream_append(ReceiverStream::new(rx), option())
-        .await
-        .expect("the stream opens");
+    let (tx, mut answers) = open(&mut client).await;
     tx.send(append(None, 0..1)).await.unwrap();
     let first = answers.next().await.expect("an answer").expect("no error");
     assert_eq!(first, Ok(Some(log_id(1, 1, 0))));
@@ -248,11 +255,7 @@ async fn dropping_the_answers_stops_the_sending_side() {
 async fn a_conflict_is_the_last_answer() {
     let follower = Follower::start(Mode::Serve).await;
     let mut client = follower.client();
-    let (tx, rx) = mpsc::channel(8);
-    let mut answers = client
-        .stream_append(ReceiverStream::new(rx), option())
-        .await
-        .expect("the stream opens");
+    let (tx, mut answers) = open(&mut client).await;
     tx.send(append(None, 0..1)).await.unwrap();
     // Index 5 does not follow the follower's log (it ends at 0).
     tx.send(append(Some(5), 6..7)).await.unwrap();
@@ -335,11 +338,7 @@ async fn a_follower_without_stream_append_gets_one_request_at_a_time() {
 async fn a_follower_that_does_not_answer_is_reported_unreachable_within_the_rpc_time() {
     let follower = Follower::start(Mode::Mute).await;
     let mut client = follower.client();
-    let (tx, rx) = mpsc::channel(8);
-    let mut answers = client
-        .stream_append(ReceiverStream::new(rx), option())
-        .await
-        .expect("the stream opens");
+    let (tx, mut answers) = open(&mut client).await;
     // Nothing sent, nothing owed: no error however long the stream stays quiet.
     let quiet = tokio::time::timeout(Duration::from_millis(800), answers.next()).await;
     assert!(
