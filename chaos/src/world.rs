@@ -30,8 +30,11 @@ pub const DNS_SERVER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(REGION),
 const S3_PORT: u16 = 9000;
 /// First port of the control planes' endpoints: control plane i listens on `CP_PORT + i`.
 pub const CP_PORT: u16 = 2379;
-/// How often each etcd is snapshotted.
-pub const SNAPSHOT_INTERVAL_MS: u64 = 1_000;
+/// How often each etcd takes a full snapshot: rarely, so that a restore after a zone loss
+/// replays the delta snapshots written since.
+pub const SNAPSHOT_INTERVAL_MS: u64 = 60_000;
+/// How often each etcd writes a delta snapshot (the events since the last snapshot).
+pub const DELTA_PERIOD_MS: u64 = 1_000;
 /// Longest wait for a service to answer.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -409,7 +412,8 @@ pub async fn build(
                 guard: Some(binaries.ring_dir.join("ring-guard")),
                 etcd: EtcdDriverSettings {
                     bin_dir: Some(binaries.etcd_dir.clone()),
-                    snapshot_interval_ms: SNAPSHOT_INTERVAL_MS,
+                    full_snapshot_interval_ms: SNAPSHOT_INTERVAL_MS,
+                    delta_snapshot_period_ms: DELTA_PERIOD_MS,
                     ..EtcdDriverSettings::default()
                 },
                 ..DriverSettings::default()

@@ -249,9 +249,18 @@ pub struct EtcdDriverSettings {
     /// and epoch below it. Unset: `<data_dir>/etcd`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data_root: Option<PathBuf>,
-    /// How often a serving etcd is snapshotted into its backup location (a full snapshot;
-    /// the newest one bounds what a zone loss can lose).
-    pub snapshot_interval_ms: u64,
+    /// How often a serving etcd takes a full snapshot into its backup location
+    /// (etcd-backup-restore's `--schedule`; Gardener takes one a day). `snapshot_interval_ms`,
+    /// the name before delta snapshots existed, is read as this.
+    #[serde(alias = "snapshot_interval_ms")]
+    pub full_snapshot_interval_ms: u64,
+    /// How often the events since the last snapshot are written as a delta snapshot (`Incr-`,
+    /// etcd-backup-restore's `--delta-snapshot-period`): what a zone loss can lose is about
+    /// one period. 0 turns delta snapshots off (full snapshots only).
+    pub delta_snapshot_period_ms: u64,
+    /// A delta snapshot is also written as soon as the events waiting for it take this many
+    /// bytes (etcd-backup-restore's `--delta-snapshot-memory-limit`).
+    pub delta_snapshot_memory_limit_bytes: u64,
     /// Gzip the snapshots (`.gz`), as etcd-backup-restore can.
     pub compress: bool,
     /// Longest an etcd may take to answer after it was started.
@@ -265,7 +274,9 @@ impl Default for EtcdDriverSettings {
         Self {
             bin_dir: None,
             data_root: None,
-            snapshot_interval_ms: 60_000,
+            full_snapshot_interval_ms: 3_600_000,
+            delta_snapshot_period_ms: 20_000,
+            delta_snapshot_memory_limit_bytes: 10 * 1024 * 1024,
             compress: false,
             start_timeout_ms: 30_000,
             restore_timeout_ms: 600_000,
@@ -273,8 +284,13 @@ impl Default for EtcdDriverSettings {
     }
 }
 
-/// Shortest accepted `driver.etcd.snapshot_interval_ms`.
+/// Shortest accepted `driver.etcd.full_snapshot_interval_ms` and (unless 0)
+/// `delta_snapshot_period_ms`.
 pub const MIN_ETCD_SNAPSHOT_INTERVAL_MS: u64 = 100;
+/// Longest accepted `driver.etcd.full_snapshot_interval_ms`: a week.
+pub const MAX_FULL_SNAPSHOT_INTERVAL_MS: u64 = 7 * 24 * 3_600_000;
+/// Accepted `driver.etcd.delta_snapshot_memory_limit_bytes`: 64 KiB to 1 GiB.
+pub const DELTA_MEMORY_LIMIT_BYTES: std::ops::RangeInclusive<u64> = 64 * 1024..=1024 * 1024 * 1024;
 
 /// The driver.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -837,12 +853,36 @@ impl Config {
 
     fn validate_etcd_driver(&self) -> Result<(), ConfigError> {
         let etcd = &self.driver.etcd;
+        let full = etcd.full_snapshot_interval_ms;
+        if !(MIN_ETCD_SNAPSHOT_INTERVAL_MS..=MAX_FULL_SNAPSHOT_INTERVAL_MS).contains(&full) {
+            return Err(invalid(
+                "driver.etcd.full_snapshot_interval_ms",
+                format!(
+                    "{full} must be between {MIN_ETCD_SNAPSHOT_INTERVAL_MS} and {MAX_FULL_SNAPSHOT_INTERVAL_MS} (a week)"
+                ),
+            ));
+        }
+        let delta = etcd.delta_snapshot_period_ms;
+        if delta != 0 && !(MIN_ETCD_SNAPSHOT_INTERVAL_MS..=MAX_TIMING_MS).contains(&delta) {
+            return Err(invalid(
+                "driver.etcd.delta_snapshot_period_ms",
+                format!(
+                    "{delta} must be 0 (no delta snapshots) or between {MIN_ETCD_SNAPSHOT_INTERVAL_MS} and {MAX_TIMING_MS} (one hour)"
+                ),
+            ));
+        }
+        let limit = etcd.delta_snapshot_memory_limit_bytes;
+        if !DELTA_MEMORY_LIMIT_BYTES.contains(&limit) {
+            return Err(invalid(
+                "driver.etcd.delta_snapshot_memory_limit_bytes",
+                format!(
+                    "{limit} must be between {} (64 KiB) and {} (1 GiB)",
+                    DELTA_MEMORY_LIMIT_BYTES.start(),
+                    DELTA_MEMORY_LIMIT_BYTES.end()
+                ),
+            ));
+        }
         for (field, value, min) in [
-            (
-                "driver.etcd.snapshot_interval_ms",
-                etcd.snapshot_interval_ms,
-                MIN_ETCD_SNAPSHOT_INTERVAL_MS,
-            ),
             ("driver.etcd.start_timeout_ms", etcd.start_timeout_ms, 1),
             ("driver.etcd.restore_timeout_ms", etcd.restore_timeout_ms, 1),
         ] {

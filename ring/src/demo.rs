@@ -128,8 +128,10 @@ pub struct DemoOptions {
     pub etcd_bin_dir: Option<PathBuf>,
 }
 
-/// How often the demo snapshots each control plane's etcd, in ms.
-pub const DEMO_SNAPSHOT_INTERVAL_MS: u64 = 5_000;
+/// How often the demo takes a full snapshot of each control plane's etcd, in ms.
+pub const DEMO_SNAPSHOT_INTERVAL_MS: u64 = 60_000;
+/// How often the demo writes a delta snapshot of each control plane's etcd, in ms.
+pub const DEMO_DELTA_PERIOD_MS: u64 = 1_000;
 
 /// The directory of the first `etcd` on `PATH` that has `etcdctl` or `etcdutl` beside it.
 pub fn find_etcd() -> Option<PathBuf> {
@@ -374,7 +376,8 @@ impl Demo {
                         kind: DriverKind::Etcd,
                         etcd: EtcdDriverSettings {
                             bin_dir: Some(bin_dir.clone()),
-                            snapshot_interval_ms: DEMO_SNAPSHOT_INTERVAL_MS,
+                            full_snapshot_interval_ms: DEMO_SNAPSHOT_INTERVAL_MS,
+                            delta_snapshot_period_ms: DEMO_DELTA_PERIOD_MS,
                             ..EtcdDriverSettings::default()
                         },
                         ..DriverSettings::default()

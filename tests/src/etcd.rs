@@ -56,7 +56,7 @@ pub fn driver(snapshot_interval_ms: u64) -> garden_ring::config::DriverSettings 
         guard: Some(crate::binary("ring-guard")),
         etcd: EtcdDriverSettings {
             bin_dir: Some(bin_dir),
-            snapshot_interval_ms,
+            full_snapshot_interval_ms: snapshot_interval_ms,
             start_timeout_ms: 20_000,
             ..EtcdDriverSettings::default()
         },

@@ -523,8 +523,10 @@ fn ringd_refuses_bad_etcd_driver_settings_with_one_clear_line() {
         "neither etcdutl (etcd 3.5+) nor etcdctl",
     );
     for (field, value) in [
-        ("snapshot_interval_ms", "0"),
-        ("snapshot_interval_ms", "99999999999"),
+        ("full_snapshot_interval_ms", "0"),
+        ("full_snapshot_interval_ms", "99999999999"),
+        ("delta_snapshot_period_ms", "50"),
+        ("delta_snapshot_memory_limit_bytes", "10"),
         ("start_timeout_ms", "0"),
         ("restore_timeout_ms", "0"),
     ] {
@@ -532,7 +534,11 @@ fn ringd_refuses_bad_etcd_driver_settings_with_one_clear_line() {
             &format!(
                 "{field} = {}",
                 match field {
-                    "snapshot_interval_ms" => cfg.driver.etcd.snapshot_interval_ms,
+                    "full_snapshot_interval_ms" => cfg.driver.etcd.full_snapshot_interval_ms,
+                    "delta_snapshot_period_ms" => cfg.driver.etcd.delta_snapshot_period_ms,
+                    "delta_snapshot_memory_limit_bytes" => {
+                        cfg.driver.etcd.delta_snapshot_memory_limit_bytes
+                    }
                     "start_timeout_ms" => cfg.driver.etcd.start_timeout_ms,
                     _ => cfg.driver.etcd.restore_timeout_ms,
                 }
@@ -542,7 +548,7 @@ fn ringd_refuses_bad_etcd_driver_settings_with_one_clear_line() {
         let p = write_config(dir.path(), &format!("etcd-{field}-{value}.toml"), &text);
         refused(
             ringd(&["--check-config", "--config", &p]),
-            &format!("config driver.etcd.{field}: {value} must be between"),
+            &format!("config driver.etcd.{field}: {value} must be "),
         );
     }
     let text = cfg.to_toml().replace("compress = false", "compres = false");

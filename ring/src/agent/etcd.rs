@@ -694,7 +694,7 @@ async fn serve(
     remove_older_epochs(runtime, name, epoch);
 
     let own = BackupLocation::parse(&target.backup, &runtime.backup).map_err(|e| e.to_string())?;
-    let interval = Duration::from_millis(runtime.settings.snapshot_interval_ms);
+    let interval = Duration::from_millis(runtime.settings.full_snapshot_interval_ms);
     let mut next_snapshot = tokio::time::Instant::now();
     let mut health = tokio::time::interval(Duration::from_millis((runtime.lease_ms / 4).max(50)));
     health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
