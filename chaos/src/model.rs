@@ -33,6 +33,10 @@ pub struct ClientStats {
     /// Of the lost ones, those acknowledged before the newest snapshot the restore could use
     /// (must be 0: a loss is allowed only after the last snapshot).
     pub lost_before_snapshot: u64,
+    /// Of the lost ones, those acknowledged more than one delta period (plus its upload) before
+    /// the fault: the delta snapshots must hold them (must be 0).
+    #[serde(default)]
+    pub lost_before_delta_period: u64,
     /// Writes acknowledged by a host after another host had taken over (split brain; must be
     /// 0).
     pub split_brain: u64,
@@ -52,6 +56,10 @@ pub struct Measures {
     pub rto_ms: Option<u64>,
     /// Acknowledged writes missing afterwards, over all control planes.
     pub lost_writes: u64,
+    /// Of those, the writes acknowledged more than a delta period (plus its upload) before the
+    /// fault, over all control planes (must be 0).
+    #[serde(default)]
+    pub lost_before_delta_period: u64,
     /// The data-loss window the ring reported for the migrations, ms (the largest).
     pub data_loss_window_ms: Option<u64>,
     /// Writes acknowledged by an old host after the new one took over, over all control planes.

@@ -43,6 +43,9 @@ pub struct ScenarioSummary {
     pub elect_p50_ms: Option<u64>,
     /// Acknowledged writes lost, over all runs.
     pub lost_writes: u64,
+    /// Of those, acknowledged more than a delta period before the fault (must be 0).
+    #[serde(default)]
+    pub lost_before_delta_period: u64,
     /// The largest data-loss window the ring reported, ms.
     pub max_data_loss_window_ms: Option<u64>,
     /// Split-brain writes, over all runs.
@@ -90,6 +93,10 @@ pub fn summarize(runs: &[Run]) -> Vec<ScenarioSummary> {
                 detect_p50_ms: percentile(&sorted(|r| r.measures.detect_ms), 50.0),
                 elect_p50_ms: percentile(&sorted(|r| r.measures.elect_ms), 50.0),
                 lost_writes: group.iter().map(|r| r.measures.lost_writes).sum(),
+                lost_before_delta_period: group
+                    .iter()
+                    .map(|r| r.measures.lost_before_delta_period)
+                    .sum(),
                 max_data_loss_window_ms: sorted(|r| r.measures.data_loss_window_ms).last().copied(),
                 split_brain_writes: group.iter().map(|r| r.measures.split_brain_writes).sum(),
             }
@@ -101,13 +108,14 @@ pub fn summarize(runs: &[Run]) -> Vec<ScenarioSummary> {
 pub fn markdown_summary(summaries: &[ScenarioSummary]) -> String {
     let mut out = String::from(
         "| scenario | runs | passed | RTO p50 ms | RTO p99 ms | RTO max ms | detect p50 ms \
-         | elect p50 ms | lost writes | max loss window ms | split-brain writes |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         | elect p50 ms | lost writes | lost older than a delta period | max loss window ms \
+         | split-brain writes |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for s in summaries {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             md_cell(&s.scenario),
             s.runs,
             s.passed,
@@ -117,6 +125,7 @@ pub fn markdown_summary(summaries: &[ScenarioSummary]) -> String {
             opt(s.detect_p50_ms),
             opt(s.elect_p50_ms),
             s.lost_writes,
+            s.lost_before_delta_period,
             opt(s.max_data_loss_window_ms),
             s.split_brain_writes,
         );
@@ -185,19 +194,21 @@ fn markdown_report(summary: &[ScenarioSummary], runs: &[Run]) -> String {
 
     out.push_str(
         "## Runs\n\n\
-         | scenario | run | passed | RTO ms | lost writes | split-brain writes | loss window ms |\n\
-         |---|---:|---|---:|---:|---:|---:|\n",
+         | scenario | run | passed | RTO ms | lost writes | lost older than a delta period \
+         | split-brain writes | loss window ms |\n\
+         |---|---:|---|---:|---:|---:|---:|---:|\n",
     );
     for run in runs {
         let m = &run.measures;
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
             md_cell(&run.scenario),
             run.run,
             if run.passed() { "yes" } else { "no" },
             opt(m.rto_ms),
             m.lost_writes,
+            m.lost_before_delta_period,
             m.split_brain_writes,
             opt(m.data_loss_window_ms),
         );
@@ -552,6 +563,7 @@ mod tests {
                     elect_ms: Some(6_000),
                     rto_ms: Some(10_000),
                     lost_writes: 0,
+                    lost_before_delta_period: 0,
                     data_loss_window_ms: Some(1_200),
                     split_brain_writes: 0,
                 },
@@ -574,6 +586,7 @@ mod tests {
                     elect_ms: None,
                     rto_ms: Some(14_000),
                     lost_writes: 3,
+                    lost_before_delta_period: 2,
                     data_loss_window_ms: Some(2_500),
                     split_brain_writes: 1,
                 },
@@ -617,6 +630,7 @@ mod tests {
         assert_eq!(zone.detect_p50_ms, Some(5_500));
         assert_eq!(zone.elect_p50_ms, Some(6_000), "only the runs that elected");
         assert_eq!(zone.lost_writes, 3);
+        assert_eq!(zone.lost_before_delta_period, 2);
         assert_eq!(zone.max_data_loss_window_ms, Some(2_500));
         assert_eq!(zone.split_brain_writes, 1);
 
@@ -629,9 +643,9 @@ mod tests {
 
         let table = markdown_summary(&summaries);
         assert!(table.contains(
-            "| zone-loss | 2 | 1 | 10000 | 14000 | 14000 | 5500 | 6000 | 3 | 2500 | 1 |"
+            "| zone-loss | 2 | 1 | 10000 | 14000 | 14000 | 5500 | 6000 | 3 | 2 | 2500 | 1 |"
         ));
-        assert!(table.contains("| partition | 1 | 1 | - | - | - | 4000 | - | 0 | - | 0 |"));
+        assert!(table.contains("| partition | 1 | 1 | - | - | - | 4000 | - | 0 | 0 | - | 0 |"));
     }
 
     #[test]
@@ -659,7 +673,7 @@ mod tests {
         assert!(md.contains("| zone-loss | 2 | 1 | 10000 |"));
         assert!(md.contains("### zone-loss run 2"));
         assert!(md.contains("- split brain: 1 write acknowledged by the old host"));
-        assert!(md.contains("| zone-loss | 2 | no | 14000 | 3 | 1 | 2500 |"));
+        assert!(md.contains("| zone-loss | 2 | no | 14000 | 3 | 2 | 1 | 2500 |"));
 
         assert_eq!(reports.svgs.len(), 3);
         assert_eq!(

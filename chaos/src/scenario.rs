@@ -121,6 +121,9 @@ pub const SCENARIOS: &[Scenario] = &[
 
 /// How long an outage of the DNS server or the object store lasts, ms.
 const OUTAGE_MS: u64 = 5_000;
+/// How long a delta snapshot may take to reach the bucket after its period ends, ms: a write
+/// acknowledged more than `DELTA_PERIOD_MS` + this before the fault must survive it.
+const DELTA_UPLOAD_ALLOWANCE_MS: u64 = 500;
 
 /// Settings of a run.
 #[derive(Debug, Clone)]
@@ -626,6 +629,13 @@ async fn drive(
             .filter(|a| !present.contains(&a.seq))
             .collect();
         stats.lost = lost.len() as u64;
+        // With delta snapshots every DELTA_PERIOD_MS, a write is in the bucket at most one
+        // period plus an upload after it was acknowledged: anything older than that before the
+        // fault must have survived it.
+        stats.lost_before_delta_period = lost
+            .iter()
+            .filter(|a| a.at_ms + world::DELTA_PERIOD_MS + DELTA_UPLOAD_ALLOWANCE_MS < fault_ms)
+            .count() as u64;
         if moved.contains(&cp) {
             let first_new = record
                 .acks
@@ -667,11 +677,20 @@ async fn drive(
             }
         }
         measures.lost_writes += stats.lost;
+        measures.lost_before_delta_period += stats.lost_before_delta_period;
         measures.split_brain_writes += stats.split_brain;
         if scenario.zero_loss && stats.lost > 0 {
             failures.push(format!(
                 "{cp}: {} acknowledged writes lost (zero-loss scenario)",
                 stats.lost
+            ));
+        }
+        if stats.lost_before_delta_period > 0 {
+            failures.push(format!(
+                "{cp}: {} writes acknowledged more than a delta period ({} ms + {} ms) before the fault are missing",
+                stats.lost_before_delta_period,
+                world::DELTA_PERIOD_MS,
+                DELTA_UPLOAD_ALLOWANCE_MS
             ));
         }
         if stats.lost_before_snapshot > 0 {

@@ -43,9 +43,18 @@ pub fn tool(name: &str) -> PathBuf {
     })
 }
 
-/// The `etcd` driver with Debian's etcd, `ring-guard` and snapshots every
-/// `snapshot_interval_ms`: each hosted control plane's etcd runs under the member.
+/// The `etcd` driver with Debian's etcd, `ring-guard` and full snapshots every
+/// `snapshot_interval_ms` (delta snapshots at the default period, 20 s): each hosted control
+/// plane's etcd runs under the member.
 pub fn driver(snapshot_interval_ms: u64) -> garden_ring::config::DriverSettings {
+    driver_with_deltas(
+        snapshot_interval_ms,
+        garden_ring::config::EtcdDriverSettings::default().delta_snapshot_period_ms,
+    )
+}
+
+/// [`driver`] with full snapshots every `full_ms` and delta snapshots every `delta_ms`.
+pub fn driver_with_deltas(full_ms: u64, delta_ms: u64) -> garden_ring::config::DriverSettings {
     use garden_ring::config::{DriverKind, DriverSettings, EtcdDriverSettings};
     let bin_dir = tool("etcd")
         .parent()
@@ -56,7 +65,8 @@ pub fn driver(snapshot_interval_ms: u64) -> garden_ring::config::DriverSettings 
         guard: Some(crate::binary("ring-guard")),
         etcd: EtcdDriverSettings {
             bin_dir: Some(bin_dir),
-            full_snapshot_interval_ms: snapshot_interval_ms,
+            full_snapshot_interval_ms: full_ms,
+            delta_snapshot_period_ms: delta_ms,
             start_timeout_ms: 20_000,
             ..EtcdDriverSettings::default()
         },

@@ -79,6 +79,7 @@ fn restore_options(dir: &Path, spec: &EtcdSpec, data_dir: &Path, now: u64) -> Re
         now_unix_s: now,
         tool_timeout_ms: 60_000,
         only: None,
+        replay_with: Some(tool("etcd")),
     }
 }
 

@@ -21,8 +21,24 @@ const MEMBERS: [&str; 3] = ["a", "b", "c"];
 
 /// A ring whose members run etcd, snapshotting every `snapshot_interval_ms`.
 fn etcd_ring(snapshot_interval_ms: u64, backup: BackupSettings) -> Ring {
+    etcd_ring_with(
+        garden_ring_tests::etcd::driver(snapshot_interval_ms),
+        backup,
+    )
+}
+
+/// A ring whose members run etcd with a full snapshot at start (and hourly) and delta
+/// snapshots every `delta_ms`: the shape of Gardener's backups.
+fn etcd_ring_with_deltas(delta_ms: u64, backup: BackupSettings) -> Ring {
+    etcd_ring_with(
+        garden_ring_tests::etcd::driver_with_deltas(3_600_000, delta_ms),
+        backup,
+    )
+}
+
+fn etcd_ring_with(driver: garden_ring::config::DriverSettings, backup: BackupSettings) -> Ring {
     let mut ring = Ring::prepare(RingOptions {
-        driver: garden_ring_tests::etcd::driver(snapshot_interval_ms),
+        driver,
         ..RingOptions::default()
     });
     for p in &mut ring.procs {
@@ -149,7 +165,8 @@ fn kill_zone(ring: &mut Ring, i: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_host_s_control_plane_comes_back_with_every_snapshotted_key() {
     let backup = BackupSettings::default();
-    let mut ring = etcd_ring(500, backup.clone());
+    // One full snapshot (at start), then deltas: the restore replays them.
+    let mut ring = etcd_ring_with_deltas(300, backup.clone());
     wait_all_healthy(&ring).await;
     let backups = file_backups(ring.dir.path(), "cp1");
     let req = etcd_control_plane("cp1", "a", &backups["a"], backups.clone());
@@ -201,7 +218,7 @@ async fn a_lost_host_s_control_plane_comes_back_with_every_snapshotted_key() {
     let rto = killed_at.elapsed();
     let migration = moved.migration.clone().unwrap();
     assert!(
-        migration.note.contains("skipped 1 snapshot") && migration.note.contains(&corrupt),
+        migration.note.contains("skipped 1 full snapshot") && migration.note.contains(&corrupt),
         "{migration:?}"
     );
     // ... and the history says so (the event of the migration's report).
@@ -209,7 +226,7 @@ async fn a_lost_host_s_control_plane_comes_back_with_every_snapshotted_key() {
     let history = String::from_utf8_lossy(&history.stdout);
     assert!(
         history.contains(&format!(
-            "skipped 1 snapshot(s) that do not verify, newest v2/{corrupt}"
+            "skipped 1 full snapshot(s) that do not verify, newest v2/{corrupt}"
         )),
         "{history}"
     );
@@ -302,8 +319,9 @@ async fn running_on(ring: &Ring, name: &str, host: &str) -> pb::ControlPlane {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_switchover_loses_no_acknowledged_write() {
     let backup = BackupSettings::default();
-    // Periodic snapshots far apart: only the final snapshot can carry the last writes.
-    let ring = etcd_ring(600_000, backup.clone());
+    // Full snapshots far apart, deltas every 300 ms: only the final delta can carry the last
+    // writes.
+    let ring = etcd_ring_with_deltas(300, backup.clone());
     wait_all_healthy(&ring).await;
     let backups = file_backups(ring.dir.path(), "cp2");
     let req = etcd_control_plane("cp2", "a", &backups["a"], backups.clone());

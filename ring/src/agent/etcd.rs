@@ -39,15 +39,14 @@ use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
 use super::driver::{Guard, Target};
+use super::etcd_backups::{Backups, Stored};
 use super::gate::Gate;
-use super::{lease_ran_out, lease_runs_out};
+use super::lease_runs_out;
 use crate::backup::copy::{CopyOptions, CopyProgress};
 use crate::backup::etcd::{EtcdClient, EtcdClientOptions};
 use crate::backup::location::BackupLocation;
-use crate::backup::marker::{self, Marker, Ownership};
 use crate::backup::migrate::{MigrateError, MigrationPlan, migrate};
 use crate::backup::restore::{RestoreError, RestoreOptions, RestoreTool, restore_newest};
-use crate::backup::snapshot::{TakenSnapshot, stage_full_snapshot};
 use crate::config::{BackupSettings, EtcdDriverSettings};
 use crate::core::migration::{MigrationReport, MigrationStep, note_text};
 use crate::time::{monotonic_ms, unix_ms};
@@ -477,33 +476,53 @@ async fn prepare_once(
         } else {
             None
         },
+        replay_with: Some(runtime.bin_dir.join("etcd")),
     };
     match restore_newest(&destination.store(), destination.prefix(), &options).await {
         Ok(restored) => {
-            let is_final =
-                restored.is_final || finals.contains(&restored.snapshot.name().to_string());
+            let newest = restored.newest_applied();
+            let is_final = restored.is_final || finals.contains(&newest.name().to_string());
             let window_ms = if is_final {
                 0
             } else {
                 now.saturating_sub(restored.created_unix_s * 1000)
             };
-            let mut note = String::new();
+            let mut notes = Vec::new();
+            if !restored.deltas.is_empty() {
+                notes.push(format!(
+                    "{} + {} delta(s) to revision {}",
+                    restored.snapshot.name(),
+                    restored.deltas.len(),
+                    restored.revision
+                ));
+            }
+            if let Some(stopped) = &restored.replay_stopped {
+                notes.push(format!(
+                    "replay stopped before {}: {}",
+                    stopped.name, stopped.why
+                ));
+            }
             if !restored.skipped_bad.is_empty() {
-                note = format!(
-                    "skipped {} snapshot(s) that do not verify, newest {}: {}",
+                notes.push(format!(
+                    "skipped {} full snapshot(s) that do not verify, newest {}: {}",
                     restored.skipped_bad.len(),
                     restored.skipped_bad[0].name,
                     restored.skipped_bad[0].why
-                );
+                ));
+            }
+            let note = notes.join("; ");
+            if restored.replay_stopped.is_some() || !restored.skipped_bad.is_empty() {
                 tracing::warn!("{note}");
             }
             tracing::info!(
-                "restored {} (revision {}, final: {is_final}, data-loss window {window_ms} ms)",
+                "restored {} and {} delta(s) (revision {}, newest {newest}, final: {is_final}, data-loss window {window_ms} ms, replay {} ms)",
                 restored.snapshot,
+                restored.deltas.len(),
                 restored.revision,
+                restored.replay_ms,
             );
             shared.report(MigrationStep::Starting, |r| {
-                r.restored = Some(restored.snapshot.to_string());
+                r.restored = Some(newest.to_string());
                 r.data_loss_window_ms = Some(window_ms);
                 r.note = note_text(&note);
             });
@@ -588,7 +607,7 @@ async fn resolve(endpoint: &str) -> Result<SocketAddr, String> {
 
 /// Starts etcd on the prepared data, serves it until told to stop, then stops it.
 async fn serve(
-    runtime: &EtcdRuntime,
+    runtime: &Arc<EtcdRuntime>,
     target: &Target,
     shared: &Shared,
     deadline: &mut watch::Receiver<u64>,
@@ -694,8 +713,14 @@ async fn serve(
     remove_older_epochs(runtime, name, epoch);
 
     let own = BackupLocation::parse(&target.backup, &runtime.backup).map_err(|e| e.to_string())?;
-    let interval = Duration::from_millis(runtime.settings.full_snapshot_interval_ms);
-    let mut next_snapshot = tokio::time::Instant::now();
+    let mut backups = Backups::new(runtime.clone(), target.clone(), client.clone(), own);
+    let full_interval = Duration::from_millis(runtime.settings.full_snapshot_interval_ms);
+    let delta_period_ms = runtime.settings.delta_snapshot_period_ms;
+    let delta_period = Duration::from_millis(delta_period_ms.max(1));
+    // After a failed full snapshot (or a lost watch) the next one comes soon, not an hour later.
+    let full_retry = full_interval.min(Duration::from_millis(delta_period_ms.clamp(1_000, 5_000)));
+    let mut next_full = tokio::time::Instant::now();
+    let mut next_delta = tokio::time::Instant::now() + delta_period;
     let mut health = tokio::time::interval(Duration::from_millis((runtime.lease_ms / 4).max(50)));
     health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let margin_ms = runtime.self_fence_margin_ms();
@@ -711,13 +736,38 @@ async fn serve(
                     guard.set_deadline(d).await;
                 }
             }
-            _ = tokio::time::sleep_until(next_snapshot) => {
-                match snapshot(runtime, target, &client, &own, deadline, false).await {
-                    Ok(Ok(taken)) => tracing::debug!("snapshot {} ({} bytes)", taken.location, taken.stored_size_bytes),
-                    Ok(Err(lost)) => break Ending::Lost(lost),
-                    Err(e) => tracing::warn!("snapshot failed: {e}"),
+            _ = tokio::time::sleep_until(next_full) => {
+                match backups.full(deadline, false).await {
+                    Ok(Stored::Taken(taken)) => {
+                        tracing::debug!("full snapshot {} ({} bytes)", taken.location, taken.stored_size_bytes);
+                        next_full = tokio::time::Instant::now() + full_interval;
+                    }
+                    Ok(Stored::Lost(lost)) => break Ending::Lost(lost),
+                    Ok(Stored::Nothing) => next_full = tokio::time::Instant::now() + full_interval,
+                    Err(e) => {
+                        tracing::warn!("full snapshot failed: {e}; again in {} ms", full_retry.as_millis());
+                        next_full = tokio::time::Instant::now() + full_retry;
+                    }
                 }
-                next_snapshot = tokio::time::Instant::now() + interval;
+                publish(runtime, target, &backups);
+            }
+            message = backups.next_message() => {
+                if let Some(why) = backups.on_message(message) {
+                    tracing::warn!("{why}: a full snapshot now, so that no revision is left out");
+                    next_full = tokio::time::Instant::now();
+                } else if backups.over_memory_limit() {
+                    next_delta = tokio::time::Instant::now();
+                }
+            }
+            _ = tokio::time::sleep_until(next_delta), if delta_period_ms > 0 && backups.watching() => {
+                match backups.cut(deadline, false).await {
+                    Ok(Stored::Taken(taken)) => tracing::debug!("delta snapshot {} ({} bytes)", taken.location, taken.stored_size_bytes),
+                    Ok(Stored::Lost(lost)) => break Ending::Lost(lost),
+                    Ok(Stored::Nothing) => {}
+                    Err(e) => tracing::warn!("delta snapshot failed: {e}; its events go into the next one"),
+                }
+                next_delta = tokio::time::Instant::now() + delta_period;
+                publish(runtime, target, &backups);
             }
             _ = health.tick() => {
                 let ok = client.status().await.is_ok();
@@ -731,23 +781,28 @@ async fn serve(
     shared.set_phase(InstancePhase::Stopping);
     match &ending {
         Ending::Stopped | Ending::LeaseRunningOut => {
-            match snapshot(runtime, target, &client, &own, deadline, true).await {
-                Ok(Ok(taken)) => {
+            match backups.final_cut(deadline, margin_ms / 2).await {
+                Ok(Stored::Taken(taken)) => {
                     tracing::info!(
                         "final snapshot {} at revision {}",
                         taken.location,
                         taken.revision
                     )
                 }
-                Ok(Err(lost)) => {
+                Ok(Stored::Nothing) => tracing::info!(
+                    "no final snapshot needed: the delta snapshots hold everything up to revision {}",
+                    backups.covered_revision()
+                ),
+                Ok(Stored::Lost(lost)) => {
                     tracing::warn!("no final snapshot: {lost}")
                 }
                 Err(e) => {
                     tracing::error!(
-                        "final snapshot failed: {e}; the newest periodic snapshot is what a new host gets"
+                        "final snapshot failed: {e}; the newest stored snapshot is what a new host gets"
                     )
                 }
             }
+            publish(runtime, target, &backups);
         }
         Ending::Lost(why) => {
             tracing::error!("stops serving: {why}");
@@ -768,76 +823,8 @@ fn set_healthy(shared: &Shared, ok: bool) {
     shared.view().healthy = ok;
 }
 
-/// Takes a snapshot into `own` if this member still owns it; `Ok(Err(why))` when it lost
-/// ownership (DESIGN.md rule 4).
-///
-/// Ownership (the lease, then the marker) is checked twice: before etcd is asked for anything,
-/// and after the upload, just before it is completed (a member frozen mid-upload wakes up past
-/// its deadline, its location maybe taken over already). What is left is the
-/// completion itself: a member frozen inside it completes the upload when it wakes up. A
-/// snapshot completed after its check is not deleted: it cannot be told apart from one
-/// completed just before a new host took over, which that host may be copying.
-async fn snapshot(
-    runtime: &EtcdRuntime,
-    target: &Target,
-    client: &EtcdClient,
-    own: &BackupLocation,
-    deadline: &watch::Receiver<u64>,
-    final_: bool,
-) -> Result<Result<TakenSnapshot, String>, String> {
-    let store = own.store();
-    if let Some(lost) = lost_ownership(runtime, target, own, deadline).await? {
-        return Ok(Err(lost));
-    }
-    let at_ms = unix_ms();
-    let staged = stage_full_snapshot(
-        client,
-        &store,
-        own.prefix(),
-        at_ms / 1000,
-        final_,
-        runtime.settings.compress,
-    )
-    .await
-    .map_err(|e| e.to_string())?;
-    if let Some(lost) = lost_ownership(runtime, target, own, deadline).await? {
-        if let Err(e) = staged.abort().await {
-            tracing::warn!("{e}");
-        }
-        return Ok(Err(lost));
-    }
-    let taken = staged.complete().await.map_err(|e| e.to_string())?;
-    runtime.snapshots.taken(&target.name, target.epoch, at_ms);
-    Ok(Ok(taken))
-}
-
-/// Why this member may no longer write into `own`, if so: its lease ran out, or the
-/// location's marker names a later owner.
-async fn lost_ownership(
-    runtime: &EtcdRuntime,
-    target: &Target,
-    own: &BackupLocation,
-    deadline: &watch::Receiver<u64>,
-) -> Result<Option<String>, String> {
-    if lease_ran_out(deadline) {
-        return Ok(Some(format!(
-            "the lease ran out (epoch {}): not uploading",
-            target.epoch
-        )));
-    }
-    let marker = marker::read(&own.store(), own.prefix())
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(
-        match Marker::ownership(marker.as_ref(), &runtime.member, target.epoch) {
-            Ownership::Lost { to, epoch } => Some(format!(
-                "the backups at {own} belong to {to} at epoch {epoch} (this is epoch {}): not uploading",
-                target.epoch
-            )),
-            Ownership::Owner => None,
-        },
-    )
-}
+/// Tells the member what the backups of `target` reach (for its renewals and `/metrics`).
+fn publish(_runtime: &EtcdRuntime, _target: &Target, _backups: &Backups) {}
 
 /// Removes the data directories of epochs before `epoch` (their data moved on through the
 /// backups); best effort.

@@ -7,6 +7,7 @@
 
 pub mod driver;
 pub mod etcd;
+mod etcd_backups;
 pub mod gate;
 
 use std::sync::Arc;

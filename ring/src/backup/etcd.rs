@@ -1,5 +1,7 @@
 //! A small client for the parts of etcd's v3 gRPC API the backups need: `Status` (health, the
-//! store's revision), `Put` and `Range` (health checks and tests) and the `Snapshot` stream.
+//! store's revision), the `Snapshot` stream (full snapshots), `Watch` (the events of delta
+//! snapshots), `Txn` (replaying them), and `Put`, `Range`, `DeleteRange` and `Compact` (health
+//! checks and tests).
 //!
 //! It speaks plain HTTP/2 to one endpoint (`http://127.0.0.1:2379`): the etcd it talks to is
 //! the hosted control plane's, run by this member on loopback. **TLS to etcd is not supported
@@ -18,6 +20,7 @@ use tonic::transport::{Channel, Endpoint};
 use crate::etcdpb;
 use crate::etcdpb::kv_client::KvClient;
 use crate::etcdpb::maintenance_client::MaintenanceClient;
+use crate::etcdpb::watch_client::WatchClient;
 
 /// Longest endpoint accepted, in bytes.
 pub const MAX_ENDPOINT_LEN: usize = 256;
@@ -26,6 +29,10 @@ pub const MAX_ENDPOINT_LEN: usize = 256;
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 /// Most keys one [`EtcdClient::get_prefix`] returns.
 pub const MAX_RANGE_KEYS: i64 = 100_000;
+/// Most requests in one transaction ([`EtcdClient::txn`]); etcd's own default
+/// (`--max-txn-ops`) is 128, and a replayed revision holds as many writes as the transaction
+/// that made it.
+pub const MAX_TXN_OPS: usize = 128;
 
 /// How patient the client is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,6 +162,172 @@ pub struct KeyValue {
     pub mod_revision: u64,
 }
 
+/// One write inside a transaction ([`EtcdClient::txn`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxnOp {
+    /// Put `key` = `value`.
+    Put {
+        /// The key.
+        key: Vec<u8>,
+        /// The value.
+        value: Vec<u8>,
+    },
+    /// Delete `key`.
+    Delete {
+        /// The key.
+        key: Vec<u8>,
+    },
+}
+
+/// What happened to a key, as a watch reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// Written.
+    Put,
+    /// Deleted.
+    Delete,
+}
+
+/// One change a watch delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchEvent {
+    /// Put or delete.
+    pub kind: EventKind,
+    /// The key after the change (a delete carries only the key and its `mod_revision`).
+    pub kv: KeyValueFull,
+}
+
+/// A key as etcd stores it, every field (what a delta snapshot records).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyValueFull {
+    /// The key.
+    pub key: Vec<u8>,
+    /// The revision of its latest creation (0 for a delete).
+    pub create_revision: i64,
+    /// The revision of this change.
+    pub mod_revision: i64,
+    /// How often it changed since its creation (0 for a delete).
+    pub version: i64,
+    /// The value (empty for a delete).
+    pub value: Vec<u8>,
+    /// Its lease, 0 for none.
+    pub lease: i64,
+}
+
+/// What a watch stream delivered next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchMessage {
+    /// Events, in revision order, and the store's revision when they were sent.
+    Events {
+        /// The events (none in a progress notification).
+        events: Vec<WatchEvent>,
+        /// The header's revision: every change up to it has been delivered once a response
+        /// without `fragment` arrives (for a progress notification, exactly that).
+        revision: u64,
+    },
+    /// The history asked for is compacted: events from `compact_revision` on are all the store
+    /// still has. The watcher ended.
+    Compacted {
+        /// The oldest revision still available.
+        compact_revision: u64,
+    },
+    /// The server ended the watcher.
+    Canceled {
+        /// Its reason.
+        reason: String,
+    },
+}
+
+/// A watch on every key from one revision on ([`EtcdClient::watch_all`]).
+pub struct WatchStream {
+    requests: tokio::sync::mpsc::Sender<etcdpb::WatchRequest>,
+    inner: tonic::Streaming<etcdpb::WatchResponse>,
+    endpoint: String,
+}
+
+impl std::fmt::Debug for WatchStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchStream")
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WatchStream {
+    /// The next message. Waits as long as it takes (events come when clients write); an ended
+    /// stream is [`EtcdError::Unavailable`].
+    pub async fn next(&mut self) -> Result<WatchMessage, EtcdError> {
+        let what = "Watch";
+        loop {
+            let message = self
+                .inner
+                .message()
+                .await
+                .map_err(|s| status_error(&self.endpoint, what, s))?
+                .ok_or_else(|| EtcdError::Unavailable {
+                    endpoint: self.endpoint.clone(),
+                    what,
+                    why: "the watch stream ended".into(),
+                })?;
+            if message.compact_revision > 0 {
+                return Ok(WatchMessage::Compacted {
+                    compact_revision: u64::try_from(message.compact_revision).unwrap_or(0),
+                });
+            }
+            if message.canceled {
+                return Ok(WatchMessage::Canceled {
+                    reason: message.cancel_reason,
+                });
+            }
+            if message.created && message.events.is_empty() {
+                continue;
+            }
+            let revision = u64::try_from(message.header.unwrap_or_default().revision).unwrap_or(0);
+            let events = message
+                .events
+                .into_iter()
+                .map(|e| {
+                    let kind = if e.r#type == etcdpb::event::EventType::Delete as i32 {
+                        EventKind::Delete
+                    } else {
+                        EventKind::Put
+                    };
+                    let kv = e.kv.unwrap_or_default();
+                    WatchEvent {
+                        kind,
+                        kv: KeyValueFull {
+                            key: kv.key,
+                            create_revision: kv.create_revision,
+                            mod_revision: kv.mod_revision,
+                            version: kv.version,
+                            value: kv.value,
+                            lease: kv.lease,
+                        },
+                    }
+                })
+                .collect();
+            return Ok(WatchMessage::Events { events, revision });
+        }
+    }
+
+    /// Asks the server for a progress notification: an [`WatchMessage::Events`] without events
+    /// whose revision says how far the watch has delivered (etcd 3.4+).
+    pub async fn request_progress(&self) -> Result<(), EtcdError> {
+        self.requests
+            .send(etcdpb::WatchRequest {
+                request_union: Some(etcdpb::watch_request::RequestUnion::ProgressRequest(
+                    etcdpb::WatchProgressRequest {},
+                )),
+            })
+            .await
+            .map_err(|_| EtcdError::Unavailable {
+                endpoint: self.endpoint.clone(),
+                what: "Watch",
+                why: "the watch stream is closed".into(),
+            })
+    }
+}
+
 /// One message of the snapshot stream.
 #[derive(Debug, Clone)]
 pub struct SnapshotChunk {
@@ -216,6 +389,7 @@ pub struct EtcdClient {
     options: EtcdClientOptions,
     kv: KvClient<Channel>,
     maintenance: MaintenanceClient<Channel>,
+    watch: WatchClient<Channel>,
 }
 
 impl EtcdClient {
@@ -247,6 +421,9 @@ impl EtcdClient {
         })?;
         Ok(Self {
             kv: KvClient::new(channel.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            watch: WatchClient::new(channel.clone())
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
             maintenance: MaintenanceClient::new(channel)
@@ -297,6 +474,123 @@ impl EtcdClient {
             )
             .await?;
         self.revision_of("Put", r.header.unwrap_or_default().revision)
+    }
+
+    /// Deletes `key`; returns the revision after the call and how many keys were deleted.
+    pub async fn delete(&self, key: &[u8]) -> Result<(u64, u64), EtcdError> {
+        let mut client = self.kv.clone();
+        let r = self
+            .unary(
+                "DeleteRange",
+                client.delete_range(self.request(etcdpb::DeleteRangeRequest {
+                    key: key.to_vec(),
+                    ..Default::default()
+                })),
+            )
+            .await?;
+        let revision = self.revision_of("DeleteRange", r.header.unwrap_or_default().revision)?;
+        Ok((revision, u64::try_from(r.deleted).unwrap_or(0)))
+    }
+
+    /// Runs `ops` as one transaction (one revision for all its writes); returns the revision
+    /// after it. At most [`MAX_TXN_OPS`] operations.
+    pub async fn txn(&self, ops: &[TxnOp]) -> Result<u64, EtcdError> {
+        if ops.len() > MAX_TXN_OPS {
+            return Err(EtcdError::Protocol {
+                endpoint: self.endpoint.clone(),
+                what: "Txn",
+                why: format!("{} operations, more than {MAX_TXN_OPS}", ops.len()),
+            });
+        }
+        use etcdpb::request_op::Request;
+        let success = ops
+            .iter()
+            .map(|op| etcdpb::RequestOp {
+                request: Some(match op {
+                    TxnOp::Put { key, value } => Request::RequestPut(etcdpb::PutRequest {
+                        key: key.clone(),
+                        value: value.clone(),
+                        ..Default::default()
+                    }),
+                    TxnOp::Delete { key } => {
+                        Request::RequestDeleteRange(etcdpb::DeleteRangeRequest {
+                            key: key.clone(),
+                            ..Default::default()
+                        })
+                    }
+                }),
+            })
+            .collect();
+        let mut client = self.kv.clone();
+        let r = self
+            .unary(
+                "Txn",
+                client.txn(self.request(etcdpb::TxnRequest {
+                    success,
+                    failure: Vec::new(),
+                })),
+            )
+            .await?;
+        if !r.succeeded {
+            return Err(EtcdError::Protocol {
+                endpoint: self.endpoint.clone(),
+                what: "Txn",
+                why: "a transaction without comparisons did not succeed".into(),
+            });
+        }
+        self.revision_of("Txn", r.header.unwrap_or_default().revision)
+    }
+
+    /// Compacts the history before `revision` (tests: a watch behind a compaction).
+    pub async fn compact(&self, revision: u64) -> Result<(), EtcdError> {
+        let mut client = self.kv.clone();
+        self.unary(
+            "Compact",
+            client.compact(self.request(etcdpb::CompactionRequest {
+                revision: i64::try_from(revision).unwrap_or(i64::MAX),
+                physical: true,
+            })),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Watches every key from `start_revision` on (history first, then live changes). The
+    /// stream has no deadline: it lasts as long as the caller reads it.
+    pub async fn watch_all(&self, start_revision: u64) -> Result<WatchStream, EtcdError> {
+        let what = "Watch";
+        let (requests, rx) = tokio::sync::mpsc::channel(4);
+        requests
+            .send(etcdpb::WatchRequest {
+                request_union: Some(etcdpb::watch_request::RequestUnion::CreateRequest(
+                    etcdpb::WatchCreateRequest {
+                        key: vec![0],
+                        range_end: vec![0],
+                        start_revision: i64::try_from(start_revision).unwrap_or(i64::MAX),
+                        progress_notify: true,
+                        ..Default::default()
+                    },
+                )),
+            })
+            .await
+            .map_err(|_| EtcdError::Protocol {
+                endpoint: self.endpoint.clone(),
+                what,
+                why: "cannot queue the create request".into(),
+            })?;
+        let mut client = self.watch.clone();
+        let response = tokio::time::timeout(
+            Duration::from_millis(self.options.request_timeout_ms),
+            client.watch(tokio_stream::wrappers::ReceiverStream::new(rx)),
+        )
+        .await
+        .map_err(|_| self.timeout(what))?
+        .map_err(|s| status_error(&self.endpoint, what, s))?;
+        Ok(WatchStream {
+            requests,
+            inner: response.into_inner(),
+            endpoint: self.endpoint.clone(),
+        })
     }
 
     /// Reads `key` (a linearizable read).

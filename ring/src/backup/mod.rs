@@ -27,11 +27,13 @@
 
 pub mod checksum;
 pub mod copy;
+pub mod delta;
 pub mod etcd;
 pub mod layout;
 pub mod location;
 pub mod marker;
 pub mod migrate;
+pub mod replay;
 pub mod restore;
 pub mod snapshot;
 

@@ -1,4 +1,5 @@
-//! Restoring the newest good full snapshot into a fresh etcd data directory.
+//! Restoring the newest good full snapshot into a fresh etcd data directory, and replaying
+//! the delta snapshots after it.
 //!
 //! [`restore_newest`] lists `<prefix>/v2/`, takes the full snapshots (final or not) newest
 //! first (by last revision, then creation time, a final one before a plain one of the same
@@ -22,10 +23,16 @@
 //! A store error other than "not found" stops the restore (retryable) instead of falling back:
 //! an older snapshot would lose data a network blip does not justify losing.
 //!
-//! **Full snapshots only.** Delta (`Incr`) snapshots newer than the restored full snapshot are
-//! not replayed yet; [`Restored::unapplied_incr`] counts them. The data-loss window is
-//! therefore the restored snapshot's age ([`Restored::data_loss_window_s`]), zero when it is
-//! a final snapshot.
+//! **Deltas.** With [`RestoreOptions::replay_with`] set (an `etcd` binary), the delta (`Incr`)
+//! snapshots after the restored full one are replayed onto it, etcd-backup-restore's rule:
+//! every delta after the full snapshot in revision order
+//! ([`crate::core::backup_chain::delta_chain`]), stopping before a gap in the revisions and at
+//! the first delta that does not verify ([`super::replay`]); [`Restored::replay_stopped`] says
+//! where and why. (A full snapshot that does not verify falls back to an older one, whose
+//! deltas then run on as far as they join up.) The data-loss window is the age of the newest
+//! snapshot applied, full or delta ([`Restored::data_loss_window_s`]), zero when it is a final
+//! one. Without `replay_with`, only the full snapshot is restored and
+//! [`Restored::unapplied_incr`] counts the deltas left out.
 //!
 //! Limits: at most [`MAX_LISTED_OBJECTS`] objects listed, [`MAX_SNAPSHOT_BYTES`] per snapshot
 //! (decompressed), the tool runs at most [`RestoreOptions::tool_timeout_ms`].
@@ -42,7 +49,9 @@ use tokio::io::AsyncWriteExt;
 
 use super::checksum::{MAX_SNAPSHOT_BYTES, Verified, Verifier};
 use super::location::is_retryable;
-use crate::core::backup_name::{LAYOUT_V2, SnapshotKind, SnapshotPath};
+use super::replay::{DeltaObject, ReplayEtcd, replay_deltas};
+use crate::core::backup_chain::delta_chain;
+use crate::core::backup_name::{LAYOUT_V2, SnapshotKind, SnapshotName, SnapshotPath};
 
 /// Most objects read from one listing of `<prefix>/v2/`.
 pub const MAX_LISTED_OBJECTS: usize = 100_000;
@@ -129,6 +138,9 @@ pub struct RestoreOptions {
     ///
     /// [`Migrated::from_source`]: super::migrate::Migrated::from_source
     pub only: Option<BTreeSet<String>>,
+    /// The `etcd` binary that replays the delta snapshots after the full one (the version the
+    /// restored directory will be served with); none: the full snapshot only.
+    pub replay_with: Option<PathBuf>,
 }
 
 /// A snapshot passed over because it is bad.
@@ -143,15 +155,22 @@ pub struct SkippedSnapshot {
 /// A restore that succeeded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Restored {
-    /// The snapshot used.
+    /// The full snapshot used.
     pub snapshot: SnapshotPath,
-    /// Its last revision.
+    /// The delta snapshots replayed after it, in order.
+    pub deltas: Vec<SnapshotPath>,
+    /// Where the replay of deltas stopped early, and why: a gap in the revisions, a delta that
+    /// does not verify. Nothing after it was applied.
+    pub replay_stopped: Option<SkippedSnapshot>,
+    /// The revision the restored store reaches: the newest applied snapshot's last revision
+    /// (the full snapshot's name when no delta was replayed).
     pub revision: u64,
-    /// When it was taken, Unix seconds.
+    /// When the newest applied snapshot (full or delta) was taken, Unix seconds.
     pub created_unix_s: u64,
     /// Its age at restore time, in seconds.
     pub age_s: u64,
-    /// Whether it is a final snapshot (then nothing acknowledged before it was taken is lost).
+    /// Whether the newest applied snapshot is a final one (then nothing acknowledged before
+    /// its host stopped is lost).
     pub is_final: bool,
     /// The sha256 of etcd's database, hex.
     pub sha256: String,
@@ -161,8 +180,17 @@ pub struct Restored {
     pub stored_size_bytes: u64,
     /// Newer snapshots that did not verify, newest first.
     pub skipped_bad: Vec<SkippedSnapshot>,
-    /// Delta snapshots newer than the one restored, not replayed (see the module docs).
+    /// Delta snapshots newer than the newest applied one, not replayed (see the module docs).
     pub unapplied_incr: usize,
+    /// How long the replay took (the temporary etcd's start included), ms; 0 without deltas.
+    pub replay_ms: u64,
+}
+
+impl Restored {
+    /// The newest snapshot applied: the last delta replayed, else the full snapshot.
+    pub fn newest_applied(&self) -> &SnapshotPath {
+        self.deltas.last().unwrap_or(&self.snapshot)
+    }
 }
 
 impl Restored {
@@ -237,6 +265,15 @@ pub enum RestoreError {
         /// Its stderr and stdout, shortened.
         output: String,
     },
+    /// Replaying the delta snapshots failed (the temporary etcd did not start, answered
+    /// wrongly, or ran out of time); the data directory was removed.
+    #[error("replaying delta snapshots with {etcd} failed: {why}")]
+    Replay {
+        /// The etcd binary.
+        etcd: String,
+        /// What went wrong.
+        why: String,
+    },
     /// The restore tool ran too long (killed).
     #[error("{tool} snapshot restore did not finish within {timeout_ms} ms")]
     ToolTimeout {
@@ -252,7 +289,7 @@ impl RestoreError {
     pub fn is_retryable(&self) -> bool {
         match self {
             RestoreError::Store { source, .. } => is_retryable(source),
-            RestoreError::ToolTimeout { .. } => true,
+            RestoreError::ToolTimeout { .. } | RestoreError::Replay { .. } => true,
             _ => false,
         }
     }
@@ -282,8 +319,9 @@ pub async fn restore_newest(
     check_options(options)?;
     prepare_data_dir(&options.data_dir)?;
 
-    let (mut candidates, incr_last_revisions) = list_snapshots(store, prefix).await?;
+    let (mut candidates, mut deltas) = list_snapshots(store, prefix).await?;
     if let Some(only) = &options.only {
+        deltas.retain(|d| only.contains(&d.path.name().to_string()));
         let foreign: Vec<String> = candidates
             .iter()
             .map(|c| c.path.name().to_string())
@@ -323,22 +361,80 @@ pub async fn restore_newest(
         let restored = run_tool(&temp, options).await;
         remove_file_quietly(&temp).await;
         restored?;
-        let snapshot_name = *candidate.path.name();
+        let full_name = *candidate.path.name();
+        let names: Vec<SnapshotName> = deltas.iter().map(|d| *d.path.name()).collect();
+        let chain = delta_chain(full_name.last_revision(), &names);
+        let mut replay_stopped = chain.gap.as_ref().map(|gap| SkippedSnapshot {
+            name: deltas[gap.next].location.to_string(),
+            why: format!(
+                "revisions {}..={} are in no snapshot: this delta and every later one are not replayed",
+                gap.from, gap.to
+            ),
+        });
+        let (mut applied, mut revision, mut replay_ms) = (Vec::new(), full_name.last_revision(), 0);
+        if let Some(etcd) = &options.replay_with
+            && !chain.replay.is_empty()
+        {
+            let objects: Vec<DeltaObject> =
+                chain.replay.iter().map(|&i| deltas[i].clone()).collect();
+            let began = std::time::Instant::now();
+            let replayed = replay_deltas(
+                store,
+                &objects,
+                &ReplayEtcd {
+                    binary: etcd.clone(),
+                    data_dir: options.data_dir.clone(),
+                    member_name: options.member_name.clone(),
+                    peer_url: options.peer_url.clone(),
+                    timeout_ms: options.tool_timeout_ms,
+                },
+            )
+            .await;
+            let replayed = match replayed {
+                Ok(r) => r,
+                Err(e) => {
+                    remove_failed_restore(&options.data_dir);
+                    return Err(e);
+                }
+            };
+            replay_ms = began.elapsed().as_millis() as u64;
+            revision = replayed.revision.max(revision);
+            if replayed.stopped.is_some() {
+                replay_stopped = replayed.stopped;
+            }
+            applied = replayed.applied;
+            tracing::info!(
+                "replayed {} of {} delta snapshot(s) after {} to revision {revision} ({} transactions, {replay_ms} ms)",
+                applied.len(),
+                objects.len(),
+                candidate.path,
+                replayed.transactions
+            );
+        }
+        if let Some(stopped) = &replay_stopped {
+            tracing::warn!(delta = %stopped.name, why = %stopped.why, "delta replay stopped early");
+        }
+        let newest = applied.last().map(|p| *p.name()).unwrap_or(full_name);
         return Ok(Restored {
-            revision: snapshot_name.last_revision(),
-            created_unix_s: snapshot_name.created_unix_s(),
-            age_s: options
-                .now_unix_s
-                .saturating_sub(snapshot_name.created_unix_s()),
-            is_final: snapshot_name.is_final(),
+            revision: if applied.is_empty() {
+                full_name.last_revision()
+            } else {
+                revision
+            },
+            created_unix_s: newest.created_unix_s(),
+            age_s: options.now_unix_s.saturating_sub(newest.created_unix_s()),
+            is_final: newest.is_final(),
             sha256: verified.sha256,
             snapshot_size_bytes: verified.size_bytes,
             stored_size_bytes,
             skipped_bad: skipped,
-            unapplied_incr: incr_last_revisions
+            unapplied_incr: deltas
                 .iter()
-                .filter(|r| **r > snapshot_name.last_revision())
+                .filter(|d| d.path.name().last_revision() > newest.last_revision())
                 .count(),
+            replay_ms,
+            deltas: applied,
+            replay_stopped,
             snapshot: candidate.path,
         });
     }
@@ -426,11 +522,11 @@ fn temp_file_for(data_dir: &Path) -> PathBuf {
     data_dir.with_file_name(format!(".{name}.restore.db"))
 }
 
-/// Full snapshots, newest first, and the last revisions of the delta snapshots.
+/// Full snapshots, newest first, and the delta snapshots.
 async fn list_snapshots(
     store: &Arc<dyn ObjectStore>,
     prefix: &StorePath,
-) -> Result<(Vec<Candidate>, Vec<u64>), RestoreError> {
+) -> Result<(Vec<Candidate>, Vec<DeltaObject>), RestoreError> {
     let dir = prefix.clone().join(LAYOUT_V2);
     let mut listing = store.list(Some(&dir));
     let mut full = Vec::new();
@@ -456,7 +552,10 @@ async fn list_snapshots(
                 path,
                 location: meta.location,
             }),
-            SnapshotKind::Incr => incr.push(path.name().last_revision()),
+            SnapshotKind::Incr => incr.push(DeltaObject {
+                path,
+                location: meta.location,
+            }),
         }
     }
     full.sort_by_key(|c| {
@@ -579,14 +678,18 @@ async fn run_tool(snapshot_file: &Path, options: &RestoreOptions) -> Result<(), 
     match failed {
         None => Ok(()),
         Some(e) => {
-            // Leave no half-restored directory behind (it did not exist before).
-            if let Err(rm) = std::fs::remove_dir_all(&options.data_dir)
-                && rm.kind() != std::io::ErrorKind::NotFound
-            {
-                tracing::warn!(dir = %options.data_dir.display(), error = %rm, "cannot remove a failed restore");
-            }
+            remove_failed_restore(&options.data_dir);
             Err(e)
         }
+    }
+}
+
+/// Leaves no half-restored directory behind (it did not exist before the restore).
+fn remove_failed_restore(data_dir: &Path) {
+    if let Err(rm) = std::fs::remove_dir_all(data_dir)
+        && rm.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(dir = %data_dir.display(), error = %rm, "cannot remove a failed restore");
     }
 }
 
@@ -664,6 +767,7 @@ mod tests {
             now_unix_s: 0,
             tool_timeout_ms: 1_000,
             only: None,
+            replay_with: None,
         };
         check_options(&ok).unwrap();
         for (name, url) in [

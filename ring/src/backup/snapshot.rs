@@ -27,6 +27,8 @@
 use std::io::Write;
 use std::sync::Arc;
 
+use sha2::Digest as _;
+
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt, WriteMultipart};
 
@@ -50,6 +52,8 @@ pub enum RevisionSource {
     StreamHeader,
     /// `Status` just before the snapshot was opened (a lower bound).
     StatusBefore,
+    /// The last event of a delta snapshot (exact).
+    Events,
 }
 
 /// A snapshot now stored.
@@ -314,6 +318,64 @@ pub async fn stage_full_snapshot(
             revision_source,
             sha256: verified.sha256,
             snapshot_size_bytes: verified.size_bytes,
+            stored_size_bytes,
+        },
+    })
+}
+
+/// Encodes `events` as a delta snapshot (etcd-backup-restore's format, [`super::delta`]) named
+/// `Incr-<start_revision>-<last event's revision>-<now_unix_s>[.gz][.final]` and uploads it but
+/// for its completion ([`StagedSnapshot`]: the caller checks ownership before completing).
+/// `start_revision` is the revision after the previous snapshot's last one; the events must be
+/// in revision order, at or after it.
+pub async fn stage_delta_snapshot(
+    store: &Arc<dyn ObjectStore>,
+    prefix: &StorePath,
+    start_revision: u64,
+    events: &[super::delta::DeltaEvent],
+    now_unix_s: u64,
+    final_: bool,
+    compress: bool,
+) -> Result<StagedSnapshot, SnapshotError> {
+    BackupPrefix::new(prefix.as_ref())?;
+    let last = events
+        .last()
+        .map(|e| e.revision())
+        .and_then(|r| u64::try_from(r).ok())
+        .ok_or_else(|| {
+            SnapshotError::Compress("a delta snapshot needs at least one event".into())
+        })?;
+    assert!(
+        events
+            .first()
+            .is_some_and(|e| e.revision() as u64 >= start_revision),
+        "delta events start at or after the delta's start revision"
+    );
+    let name = SnapshotName::new(SnapshotKind::Incr, start_revision, last, now_unix_s)?
+        .with_compression(compress.then_some(Compression::Gzip))
+        .with_final(final_);
+    let (path, location) = snapshot_location(prefix, name)?;
+    let json = super::delta::to_json(events);
+    let sha256 = super::checksum::hex(&sha2::Sha256::digest(&json));
+    let snapshot_size_bytes = json.len() as u64 + super::checksum::SHA256_LEN as u64;
+    let bytes = super::delta::encode(events, name.compression())
+        .map_err(|e| SnapshotError::Compress(e.to_string()))?;
+    let stored_size_bytes = bytes.len() as u64;
+    let upload = store
+        .put_multipart(&location)
+        .await
+        .map_err(store_error(&location, "start uploading"))?;
+    let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE_BYTES);
+    writer.put(bytes.into());
+    Ok(StagedSnapshot {
+        writer,
+        taken: TakenSnapshot {
+            path,
+            location,
+            revision: last,
+            revision_source: RevisionSource::Events,
+            sha256,
+            snapshot_size_bytes,
             stored_size_bytes,
         },
     })

@@ -19,6 +19,7 @@
 //!   endpoints in.
 
 pub mod agent;
+pub mod backup_chain;
 pub mod backup_name;
 pub mod command;
 pub mod controller;

@@ -1,0 +1,375 @@
+//! The backups one serving etcd writes, as etcd-backup-restore's snapshotter does: a full
+//! snapshot at start and every `full_snapshot_interval_ms`, and between them delta snapshots
+//! (`Incr-`) of the events a watch delivers, cut every `delta_snapshot_period_ms` and as soon
+//! as they take `delta_snapshot_memory_limit_bytes`.
+//!
+//! - The watch starts at the revision after the newest full snapshot's (the one in its name),
+//!   so nothing falls between the two; events at or below a new full snapshot's revision are
+//!   dropped from what waits for the next delta (the full snapshot holds them).
+//! - A watch that ends (etcd restarted, the connection broke) or falls behind a compaction
+//!   leaves the events since the last delta unknown: the caller takes a full snapshot at once
+//!   ([`Backups::on_message`] says so) and the watch starts again after it.
+//! - Every upload, full or delta, is checked twice for ownership (the lease, then the
+//!   location's marker: DESIGN.md rule 4), before it starts and before it is completed.
+//! - Stopping ([`Backups::final_cut`], after the gate closed, so no client writes any more):
+//!   read etcd's revision, wait until the watch delivered everything up to it, and write what
+//!   is left as a final delta (`.final`); with nothing left, the deltas are complete already
+//!   and nothing is written; without a working watch, a final full snapshot.
+//!
+//! Limits: events waiting for a delta are bounded by the memory limit (a delta is cut as soon
+//! as they reach it); the final wait by the caller's `wait_ms`.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::watch;
+
+use super::driver::Target;
+use super::etcd::EtcdRuntime;
+use super::lease_ran_out;
+use crate::backup::delta::DeltaEvent;
+use crate::backup::etcd::{EtcdClient, EtcdError, WatchMessage, WatchStream};
+use crate::backup::location::BackupLocation;
+use crate::backup::marker::{self, Marker, Ownership};
+use crate::backup::snapshot::{
+    StagedSnapshot, TakenSnapshot, stage_delta_snapshot, stage_full_snapshot,
+};
+use crate::time::unix_ms;
+
+/// What an attempt to store a snapshot came to.
+#[derive(Debug)]
+pub(super) enum Stored {
+    /// Stored.
+    Taken(TakenSnapshot),
+    /// Nothing to store: the backups are complete up to now.
+    Nothing,
+    /// This member no longer owns the location (or its lease ran out): it must stop serving.
+    Lost(String),
+}
+
+/// The backup state of one serving instance. See the [module docs](self).
+pub(super) struct Backups {
+    runtime: Arc<EtcdRuntime>,
+    target: Target,
+    client: EtcdClient,
+    own: BackupLocation,
+    watch: Option<WatchStream>,
+    /// Events not in any stored snapshot yet, in revision order.
+    pending: Vec<DeltaEvent>,
+    pending_bytes: u64,
+    /// The revision the stored snapshots reach (0 before the first one).
+    covered: u64,
+    /// The watch has delivered every event up to this revision.
+    delivered: u64,
+    /// The newest full snapshot stored at this epoch.
+    pub full: Option<String>,
+    /// Deltas stored since it.
+    pub deltas_since_full: u64,
+    /// When the newest of them was stored, Unix ms.
+    pub newest_delta_unix_ms: Option<u64>,
+    /// When the stored snapshots last held everything etcd had, Unix ms.
+    pub up_to_date_unix_ms: u64,
+}
+
+impl Backups {
+    pub(super) fn new(
+        runtime: Arc<EtcdRuntime>,
+        target: Target,
+        client: EtcdClient,
+        own: BackupLocation,
+    ) -> Self {
+        Self {
+            runtime,
+            target,
+            client,
+            own,
+            watch: None,
+            pending: Vec::new(),
+            pending_bytes: 0,
+            covered: 0,
+            delivered: 0,
+            full: None,
+            deltas_since_full: 0,
+            newest_delta_unix_ms: None,
+            up_to_date_unix_ms: 0,
+        }
+    }
+
+    fn deltas_enabled(&self) -> bool {
+        self.runtime.settings.delta_snapshot_period_ms > 0
+    }
+
+    /// Whether deltas are being collected (a watch runs).
+    pub(super) fn watching(&self) -> bool {
+        self.watch.is_some()
+    }
+
+    /// The revision the stored snapshots reach.
+    pub(super) fn covered_revision(&self) -> u64 {
+        self.covered
+    }
+
+    /// Takes a full snapshot (final when `final_`) and, after it, (re)starts the watch.
+    pub(super) async fn full(
+        &mut self,
+        deadline: &watch::Receiver<u64>,
+        final_: bool,
+    ) -> Result<Stored, String> {
+        let stored = self.store_checked(deadline, Stage::Full { final_ }).await?;
+        if let Stored::Taken(taken) = &stored {
+            self.covered = taken.revision;
+            self.delivered = self.delivered.max(taken.revision);
+            self.pending
+                .retain(|e| e.revision() as u64 > taken.revision);
+            self.pending_bytes = self
+                .pending
+                .iter()
+                .map(DeltaEvent::encoded_size_bytes)
+                .sum();
+            self.full = Some(taken.location.to_string());
+            self.deltas_since_full = 0;
+            self.newest_delta_unix_ms = None;
+            self.up_to_date_unix_ms = unix_ms();
+            if self.deltas_enabled() && self.watch.is_none() && !final_ {
+                match self.client.watch_all(taken.revision + 1).await {
+                    Ok(w) => self.watch = Some(w),
+                    Err(e) => tracing::warn!(
+                        "cannot watch etcd from revision {}: {e}; the next full snapshot tries again",
+                        taken.revision + 1
+                    ),
+                }
+            }
+        }
+        Ok(stored)
+    }
+
+    /// The watch's next message; never resolves while no watch runs.
+    pub(super) async fn next_message(&mut self) -> Result<WatchMessage, EtcdError> {
+        match self.watch.as_mut() {
+            Some(w) => w.next().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Takes in a watch message. `Some(why)` when the watch is gone: the events since the last
+    /// snapshot may be incomplete, so the caller must take a full snapshot.
+    pub(super) fn on_message(
+        &mut self,
+        message: Result<WatchMessage, EtcdError>,
+    ) -> Option<String> {
+        let why = match message {
+            Ok(WatchMessage::Events { events, revision }) => {
+                let received_ns = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as i128)
+                    .unwrap_or(0);
+                if events.is_empty() {
+                    // A progress notification: everything up to `revision` was delivered.
+                    self.delivered = self.delivered.max(revision);
+                    return None;
+                }
+                for event in events {
+                    let revision = event.kv.mod_revision;
+                    if revision as u64 <= self.covered {
+                        continue;
+                    }
+                    debug_assert!(
+                        self.pending.last().is_none_or(|p| p.revision() <= revision),
+                        "watch events come in revision order"
+                    );
+                    let e = DeltaEvent {
+                        event,
+                        time_unix_ns: received_ns,
+                    };
+                    self.pending_bytes += e.encoded_size_bytes();
+                    self.delivered = self.delivered.max(revision as u64);
+                    self.pending.push(e);
+                }
+                return None;
+            }
+            Ok(WatchMessage::Compacted { compact_revision }) => format!(
+                "the watch fell behind a compaction (history from revision {compact_revision} on only)"
+            ),
+            Ok(WatchMessage::Canceled { reason }) => format!("etcd canceled the watch: {reason}"),
+            Err(e) => format!("the watch broke: {e}"),
+        };
+        // The events since the last snapshot may be incomplete: the full snapshot that must
+        // follow holds them, and the watch after it delivers everything after that again.
+        self.watch = None;
+        self.pending.clear();
+        self.pending_bytes = 0;
+        self.delivered = self.covered;
+        Some(why)
+    }
+
+    /// Whether the waiting events reached the memory limit (cut a delta now).
+    pub(super) fn over_memory_limit(&self) -> bool {
+        self.pending_bytes >= self.runtime.settings.delta_snapshot_memory_limit_bytes
+    }
+
+    /// Writes the waiting events as a delta snapshot (final when `final_`).
+    pub(super) async fn cut(
+        &mut self,
+        deadline: &watch::Receiver<u64>,
+        final_: bool,
+    ) -> Result<Stored, String> {
+        if self.pending.is_empty() {
+            if self.watch.is_some() {
+                self.up_to_date_unix_ms = unix_ms();
+            }
+            return Ok(Stored::Nothing);
+        }
+        let stored = self
+            .store_checked(deadline, Stage::Delta { final_ })
+            .await?;
+        if let Stored::Taken(taken) = &stored {
+            debug_assert_eq!(
+                self.pending.last().map(|e| e.revision() as u64),
+                Some(taken.revision)
+            );
+            self.covered = taken.revision;
+            self.pending.clear();
+            self.pending_bytes = 0;
+            self.deltas_since_full += 1;
+            let now = unix_ms();
+            self.newest_delta_unix_ms = Some(now);
+            self.up_to_date_unix_ms = now;
+        }
+        Ok(stored)
+    }
+
+    /// The last backup before etcd stops (the gate is closed): see the [module docs](self).
+    pub(super) async fn final_cut(
+        &mut self,
+        deadline: &watch::Receiver<u64>,
+        wait_ms: u64,
+    ) -> Result<Stored, String> {
+        if !self.deltas_enabled() || self.watch.is_none() {
+            return self.full(deadline, true).await;
+        }
+        let target = match self.client.revision().await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(
+                    "cannot read etcd's revision for the final delta ({e}); a final full snapshot instead"
+                );
+                return self.full(deadline, true).await;
+            }
+        };
+        if self.delivered < target
+            && let Some(w) = &self.watch
+            && let Err(e) = w.request_progress().await
+        {
+            tracing::debug!("progress request: {e}");
+        }
+        let until = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
+        while self.delivered < target {
+            let next = tokio::time::timeout_at(until, self.next_message()).await;
+            let lost = match next {
+                Ok(message) => self.on_message(message),
+                Err(_) => Some(format!(
+                    "the watch delivered up to revision {} of {target} within {wait_ms} ms",
+                    self.delivered
+                )),
+            };
+            if let Some(why) = lost {
+                tracing::warn!("{why}; a final full snapshot instead of a final delta");
+                self.watch = None;
+                return self.full(deadline, true).await;
+            }
+        }
+        self.cut(deadline, true).await
+    }
+
+    /// Stores a snapshot in `own` if this member still owns it; [`Stored::Lost`] when it lost
+    /// ownership (DESIGN.md rule 4).
+    ///
+    /// Ownership (the lease, then the marker) is checked twice: before etcd is asked for
+    /// anything, and after the upload, just before it is completed (a member frozen mid-upload
+    /// wakes up past its deadline, its location maybe taken over already). What is left is the
+    /// completion itself: a member frozen inside it completes the upload when it wakes up. A
+    /// snapshot completed after its check is not deleted: it cannot be told apart from one
+    /// completed just before a new host took over, which that host may be copying.
+    async fn store_checked(
+        &self,
+        deadline: &watch::Receiver<u64>,
+        stage: Stage,
+    ) -> Result<Stored, String> {
+        let store = self.own.store();
+        if let Some(lost) = self.lost_ownership(deadline).await? {
+            return Ok(Stored::Lost(lost));
+        }
+        let at_ms = unix_ms();
+        let compress = self.runtime.settings.compress;
+        let staged: StagedSnapshot = match stage {
+            Stage::Full { final_ } => stage_full_snapshot(
+                &self.client,
+                &store,
+                self.own.prefix(),
+                at_ms / 1000,
+                final_,
+                compress,
+            )
+            .await
+            .map_err(|e| e.to_string())?,
+            Stage::Delta { final_ } => stage_delta_snapshot(
+                &store,
+                self.own.prefix(),
+                self.covered + 1,
+                &self.pending,
+                at_ms / 1000,
+                final_,
+                compress,
+            )
+            .await
+            .map_err(|e| e.to_string())?,
+        };
+        if let Some(lost) = self.lost_ownership(deadline).await? {
+            if let Err(e) = staged.abort().await {
+                tracing::warn!("{e}");
+            }
+            return Ok(Stored::Lost(lost));
+        }
+        let taken = staged.complete().await.map_err(|e| e.to_string())?;
+        self.runtime
+            .snapshots
+            .taken(&self.target.name, self.target.epoch, at_ms);
+        Ok(Stored::Taken(taken))
+    }
+
+    /// Why this member may no longer write into its location, if so: its lease ran out, or the
+    /// location's marker names a later owner.
+    async fn lost_ownership(
+        &self,
+        deadline: &watch::Receiver<u64>,
+    ) -> Result<Option<String>, String> {
+        let target = &self.target;
+        if lease_ran_out(deadline) {
+            return Ok(Some(format!(
+                "the lease ran out (epoch {}): not uploading",
+                target.epoch
+            )));
+        }
+        let marker = marker::read(&self.own.store(), self.own.prefix())
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(
+            match Marker::ownership(marker.as_ref(), &self.runtime.member, target.epoch) {
+                Ownership::Lost { to, epoch } => Some(format!(
+                    "the backups at {} belong to {to} at epoch {epoch} (this is epoch {}): not uploading",
+                    self.own, target.epoch
+                )),
+                Ownership::Owner => None,
+            },
+        )
+    }
+}
+
+/// What [`Backups::store_checked`] uploads.
+#[derive(Debug, Clone, Copy)]
+enum Stage {
+    /// A full snapshot of etcd.
+    Full { final_: bool },
+    /// The waiting events.
+    Delta { final_: bool },
+}
