@@ -284,8 +284,8 @@ async fn drive(
         .context("one zone only")?;
     let second_zone = world.members[second_index].zone.clone();
 
-    // Writers, and a warm-up: every control plane acknowledged writes, and a snapshot was
-    // taken after them.
+    // Writers, and a warm-up: every control plane acknowledged writes, and delta snapshots
+    // were written after them (the full snapshot is the one each etcd took at start).
     let (stop, stopped) = watch::channel(false);
     let writers: Vec<Writer> = world
         .control_planes
@@ -303,7 +303,7 @@ async fn drive(
         },
     )
     .await?;
-    tokio::time::sleep(Duration::from_millis(world::SNAPSHOT_INTERVAL_MS * 2)).await;
+    tokio::time::sleep(Duration::from_millis(world::DELTA_PERIOD_MS * 3)).await;
 
     // The fault.
     let fault_unix_ms = garden_ring::time::unix_ms();

@@ -11,6 +11,7 @@ use garden_ring::backup::etcd::{EtcdClient, EtcdClientOptions};
 use garden_ring::backup::layout::list_snapshots;
 use garden_ring::backup::location::BackupLocation;
 use garden_ring::config::BackupSettings;
+use garden_ring::core::backup_name::SnapshotKind;
 use garden_ring::pb;
 use garden_ring_tests::etcd::{fast, tool};
 use garden_ring_tests::{
@@ -705,5 +706,73 @@ async fn a_returning_old_host_uploads_nothing_and_stays_fenced() {
         "returning host: a found {} snapshots unchanged; cp5 stays on {}",
         after.len(),
         moved.host
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deltas_are_cut_by_size_and_join_up_from_the_full_snapshot() {
+    let backup = BackupSettings::default();
+    // A period far away: only the memory limit (the smallest allowed, 64 KiB) cuts deltas.
+    let mut driver = garden_ring_tests::etcd::driver_with_deltas(3_600_000, 600_000);
+    driver.etcd.delta_snapshot_memory_limit_bytes = 64 * 1024;
+    let ring = etcd_ring_with(driver, backup.clone());
+    wait_all_healthy(&ring).await;
+    let backups = file_backups(ring.dir.path(), "cp5");
+    let req = etcd_control_plane("cp5", "a", &backups["a"], backups.clone());
+    add_control_plane(&ring.client(), req).await.unwrap();
+    let cp = running_on(&ring, "cp5", "a").await;
+    let etcd = etcd_at(&cp, "a").await;
+    // 400 writes of 1 KiB: about 550 KiB of delta JSON, so at least 8 cuts.
+    let value = vec![b'x'; 1024];
+    let mut last = 0;
+    for i in 0..400 {
+        last = eventually(Duration::from_secs(10), "put", || async {
+            etcd.put(format!("/registry/big/{i:04}").as_bytes(), &value)
+                .await
+                .ok()
+        })
+        .await;
+    }
+    let location = BackupLocation::parse(&backups["a"], &backup).unwrap();
+    let listing = eventually(Duration::from_secs(10), "deltas cut by size", || async {
+        let listing = list_snapshots(&location).await.ok()?;
+        let deltas = listing
+            .snapshots
+            .iter()
+            .filter(|s| s.path.name().kind() == SnapshotKind::Incr)
+            .count();
+        (deltas >= 8).then_some(listing)
+    })
+    .await;
+    // One full snapshot (at start); deltas that follow it revision by revision.
+    let mut fulls = listing
+        .snapshots
+        .iter()
+        .filter(|s| s.path.name().kind() == SnapshotKind::Full);
+    let full = fulls.next().expect("the full snapshot taken at start");
+    assert!(fulls.next().is_none());
+    let mut next = full.path.name().last_revision() + 1;
+    let mut deltas = 0;
+    for s in listing
+        .snapshots
+        .iter()
+        .filter(|s| s.path.name().kind() == SnapshotKind::Incr)
+    {
+        assert_eq!(s.path.name().start_revision(), next, "{}", s.path);
+        next = s.path.name().last_revision() + 1;
+        deltas += 1;
+        // Each is cut once its events reach 64 KiB: about 50 writes of 1 KiB.
+        assert!(
+            s.size_bytes < 200 * 1024,
+            "{} is {} bytes",
+            s.path,
+            s.size_bytes
+        );
+    }
+    assert!(next - 1 <= last);
+    println!(
+        "size cuts: {deltas} deltas after {} up to revision {} (last write {last})",
+        full.path,
+        next - 1
     );
 }
