@@ -79,6 +79,8 @@ pub struct EtcdRuntime {
     pub lease_ms: u64,
     /// When each instance last took a snapshot (for `/metrics`).
     pub snapshots: Arc<SnapshotTimes>,
+    /// Each instance's newest backup report (for the lease renewals and `/metrics`).
+    pub backups: Arc<super::backup_status::BackupStatuses>,
 }
 
 /// When the newest successful snapshot of each control plane this member hosts was taken:

@@ -5,6 +5,7 @@
 //! Without a fresh grant it starts and extends nothing; each workload's guard then stops it at
 //! the deadline of the last grant, whatever `ringd` is doing (DESIGN.md rule 1).
 
+pub mod backup_status;
 pub mod driver;
 pub mod etcd;
 pub mod gate;
@@ -170,6 +171,7 @@ impl Agent {
                 running: running.clone(),
                 healthy,
                 migrations: self.workloads.migrations(),
+                backups: self.workloads.backups(&running),
             })
             .await;
         let reply = match reply {
