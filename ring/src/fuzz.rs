@@ -213,6 +213,9 @@ fn check_stored_values(state: &RingState) {
         if let Err(e) = spec.validate() {
             panic!("stored control plane {} is invalid: {e}", cp.name);
         }
+        if let Some(Err(e)) = cp.backup_status.as_ref().map(|r| r.validate()) {
+            panic!("stored backup report of {} is invalid: {e}", cp.name);
+        }
     }
     for event in state.history.iter() {
         for text in [&event.actor, &event.reason] {

@@ -9,7 +9,9 @@
 //! Each renewal also counts as contact with the member (for health), tells which control
 //! planes it released (it holds no grant for one it is fencing, and lists it as not running:
 //! since a member renews one request at a time, nothing it does later can bring it back), and
-//! which it serves (running and passing the driver's health check).
+//! which it serves (running and passing the driver's health check). It also carries the host's
+//! reports on the migrations it performs and on the backups it writes, kept for the controller
+//! when they are about a control plane the member hosts at the epoch it runs.
 //!
 //! [`RingState::grants`]: crate::core::RingState::grants
 
@@ -22,6 +24,7 @@ use openraft::type_config::async_runtime::watch::WatchReceiver;
 use tonic::Status;
 
 use crate::core::Phase;
+use crate::core::backup_report::worth_committing;
 use crate::core::controller::{Observations, Policy};
 use crate::raft::service::RenewHandler;
 use crate::raft::types::{RenewReply, RenewRequest};
@@ -140,9 +143,31 @@ impl LeaseDesk {
                     progress.push(((cp.name.clone(), cp.epoch, name.clone()), report.clone()));
                 }
             }
-            Some((granted, released, serving, progress, a.applied_index()))
+            // Only the backup reports worth a commit are kept: a host reports every control
+            // plane it runs in every renewal, and most reports change nothing yet.
+            let mut backups = Vec::new();
+            for (cp_name, report) in &request.backups {
+                let Some(cp) = a.state.control_planes.get(cp_name) else {
+                    continue;
+                };
+                if matches!(cp.phase, Phase::Starting | Phase::Running)
+                    && cp.host.as_deref() == Some(name.as_str())
+                    && request.running.get(cp_name) == Some(&cp.epoch)
+                    && worth_committing(cp.backup_status.as_ref(), report)
+                {
+                    backups.push(((cp.name.clone(), cp.epoch, name.clone()), report.clone()));
+                }
+            }
+            Some((
+                granted,
+                released,
+                serving,
+                progress,
+                backups,
+                a.applied_index(),
+            ))
         });
-        let Some((granted, released, serving, progress, applied_index)) = reading else {
+        let Some((granted, released, serving, progress, backups, applied_index)) = reading else {
             return Err(Status::failed_precondition(format!(
                 "member {from} is not registered"
             )));
@@ -152,6 +177,7 @@ impl LeaseDesk {
             inner.observations.released.extend(released);
             inner.observations.serving.extend(serving);
             inner.observations.progress.extend(progress);
+            inner.observations.backups.extend(backups);
         }
         Ok(RenewReply {
             granted,

@@ -9,8 +9,11 @@
 //! fed from elsewhere: the DNS keeper observes `garden_ring_dns_propagation_seconds` while this
 //! member leads ([`crate::dns::keeper::Keeper::propagation`]), and the etcd driver records
 //! when it stored each hosted control plane's newest snapshot ([`SnapshotTimes`]:
-//! `garden_ring_snapshot_age_seconds`, one sample per control plane hosted here). Every family
-//! is declared (`# HELP`, `# TYPE`) even while it has no sample.
+//! `garden_ring_snapshot_age_seconds`, one sample per control plane hosted here) and what its
+//! instances report about their backups ([`BackupStatuses`]: `garden_ring_backup_revision`,
+//! `_deltas_since_full`, `_delta_age_seconds`, `_delta_period_seconds`, read on the host, not
+//! from the replicated state, so they are as fresh as the scrape). Every family is declared
+//! (`# HELP`, `# TYPE`) even while it has no sample.
 //!
 //! The server is deliberately small: HTTP/1.0-style, one request per connection, a request
 //! head of at most [`MAX_REQUEST_BYTES`], answered within [`REQUEST_TIMEOUT_MS`].
@@ -26,6 +29,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::agent::OwnLease;
+use crate::agent::backup_status::BackupStatuses;
 use crate::agent::etcd::SnapshotTimes;
 use crate::core::state::{MoveKind, Phase, RingState};
 use crate::core::{Command, Proposal};
@@ -192,6 +196,9 @@ pub struct Sources {
     pub dns_propagation: Arc<Histogram>,
     /// When the etcd driver last took a snapshot of each control plane hosted here.
     pub snapshots: Arc<SnapshotTimes>,
+    /// What the etcd driver's instances report about the backups of each control plane
+    /// hosted here.
+    pub backups: Arc<BackupStatuses>,
 }
 
 impl Sources {
@@ -361,7 +368,50 @@ impl Sources {
                 age_ms as f64 / 1000.0
             );
         }
+        render_backups(&mut out, &self.backups.all(), now_ms);
         out
+    }
+}
+
+/// The `garden_ring_backup_*` families (declared also without samples), one sample per control
+/// plane in `reports`, ages at `now_ms` (Unix).
+fn render_backups(
+    out: &mut String,
+    reports: &std::collections::BTreeMap<String, crate::core::backup_report::BackupReport>,
+    now_ms: u64,
+) {
+    type Value = fn(&crate::core::backup_report::BackupReport, u64) -> f64;
+    let families: [(&str, &str, Value); 4] = [
+        (
+            "garden_ring_backup_revision",
+            "The etcd revision the stored backups of a control plane hosted here reach (last revision of its newest snapshot).",
+            |r, _| r.revision as f64,
+        ),
+        (
+            "garden_ring_backup_deltas_since_full",
+            "Delta snapshots of a control plane hosted here written since its newest full snapshot.",
+            |r, _| r.deltas_since_full as f64,
+        ),
+        (
+            "garden_ring_backup_delta_age_seconds",
+            "Time since the backups of a control plane hosted here were last known complete (a delta snapshot written, or a delta period without events).",
+            |r, now| now.saturating_sub(r.up_to_date_unix_ms) as f64 / 1000.0,
+        ),
+        (
+            "garden_ring_backup_delta_period_seconds",
+            "The host's delta snapshot period for a control plane hosted here (0: delta snapshots off).",
+            |r, _| r.delta_period_ms as f64 / 1000.0,
+        ),
+    ];
+    for (name, help, value) in families {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for (control_plane, report) in reports {
+            let _ = writeln!(
+                out,
+                "{name}{{control_plane=\"{control_plane}\"}} {}",
+                value(report, now_ms)
+            );
+        }
     }
 }
 
@@ -450,4 +500,51 @@ async fn respond(
     );
     stream.write_all(response.as_bytes()).await?;
     stream.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::backup_report::BackupReport;
+
+    #[test]
+    fn backup_families_are_declared_without_samples_and_read_the_reports() {
+        let mut empty = String::new();
+        render_backups(&mut empty, &Default::default(), 0);
+        for family in [
+            "garden_ring_backup_revision",
+            "garden_ring_backup_deltas_since_full",
+            "garden_ring_backup_delta_age_seconds",
+            "garden_ring_backup_delta_period_seconds",
+        ] {
+            assert!(
+                empty.contains(&format!("# TYPE {family} gauge\n")),
+                "{empty}"
+            );
+        }
+        assert!(!empty.contains("control_plane="), "{empty}");
+
+        let reports = [(
+            "x".to_string(),
+            BackupReport {
+                full: Some("x/v2/Full-00000000-00000100-1700000000.gz".into()),
+                deltas_since_full: 3,
+                revision: 142,
+                newest_delta_unix_ms: Some(1_700_000_060_000),
+                up_to_date_unix_ms: 1_700_000_061_000,
+                delta_period_ms: 20_000,
+            },
+        )]
+        .into();
+        let mut out = String::new();
+        render_backups(&mut out, &reports, 1_700_000_063_500);
+        for sample in [
+            "garden_ring_backup_revision{control_plane=\"x\"} 142",
+            "garden_ring_backup_deltas_since_full{control_plane=\"x\"} 3",
+            "garden_ring_backup_delta_age_seconds{control_plane=\"x\"} 2.5",
+            "garden_ring_backup_delta_period_seconds{control_plane=\"x\"} 20",
+        ] {
+            assert!(out.contains(&format!("{sample}\n")), "{out}");
+        }
+    }
 }

@@ -332,6 +332,7 @@ impl Member {
         let membership = MembershipChanger::new(raft.clone());
         let workloads = Workloads::from_config(&config)?;
         let snapshot_times = workloads.snapshot_times();
+        let backup_statuses = workloads.backup_statuses();
         let keeper = Keeper::new(
             id,
             raft.clone(),
@@ -452,6 +453,7 @@ impl Member {
                     counters: state.counters(),
                     dns_propagation: keeper.propagation(),
                     snapshots: snapshot_times,
+                    backups: backup_statuses,
                 },
                 stopped.clone(),
             ));

@@ -17,6 +17,9 @@
 //!   `ringd` (crashed or frozen: the guard goes on). [`SimConfig::break_fencing`] switches the
 //!   guard off, for the test that proves the checker can fail.
 //! - **Network**: renewals and their answers, with seeded delay and loss.
+//! - **Backups**: each renewal reports the backups of what the member runs (a new full
+//!   snapshot every minute, deltas in between), and the leader commits the reports worth it
+//!   (`ReportBackup`), racing the moves like a real host's reports do.
 //!
 //! Invariants checked at every step: at most one member serves a control plane; a committed
 //! (control plane, epoch) keeps its host for good and epochs never go back. At the end, after
@@ -27,6 +30,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::config::Timing;
 use crate::core::agent::{Action, Grant, Memory, reconcile};
+use crate::core::backup_report::BackupReport;
 use crate::core::command::{ControlPlaneSpec, MemberSpec, Proposal};
 use crate::core::controller::{Observations, Policy, decide};
 use crate::core::{Command, Health, Phase, RingState};
@@ -99,6 +103,9 @@ pub struct Report {
     pub moves: usize,
     /// Fences released (a former host stopped, or its lease ran out).
     pub releases: usize,
+    /// Backup reports committed (hosts report a new full snapshot every minute and deltas in
+    /// between with every renewal; the leader commits the ones worth it).
+    pub backups: usize,
     /// Steps checked.
     pub steps: u64,
 }
@@ -291,6 +298,7 @@ impl<'a> World<'a> {
         self.index += 1;
         let moved = matches!(command, Command::MoveControlPlane { .. });
         let released = matches!(command, Command::ReleaseFence { .. });
+        let backup = matches!(command, Command::ReportBackup { .. });
         let proposal = Proposal {
             command,
             at_ms: 1_700_000_000_000 + self.t,
@@ -300,6 +308,7 @@ impl<'a> World<'a> {
         if self.state.apply(self.index, &proposal).is_ok() {
             self.report.moves += usize::from(moved);
             self.report.releases += usize::from(released);
+            self.report.backups += usize::from(backup);
         }
     }
 
@@ -560,16 +569,22 @@ impl<'a> World<'a> {
         self.contact.insert(from, now);
         let name = self.members[from].name.clone();
         let granted = self.state.grants(&name);
+        let backups = self.backup_report();
         for cp in self.state.control_planes.values() {
             let key = (cp.name.clone(), cp.epoch, name.clone());
             if cp.fencing.contains(&name) && !running.contains_key(&cp.name) {
-                self.obs.released.insert(key);
+                self.obs.released.insert(key.clone());
             } else if cp.phase == Phase::Starting
                 && cp.host.as_deref() == Some(name.as_str())
                 && running.get(&cp.name) == Some(&cp.epoch)
             // every workload is healthy here
             {
-                self.obs.serving.insert(key);
+                self.obs.serving.insert(key.clone());
+            }
+            // What the host's etcd driver would say about its backups.
+            if cp.host.as_deref() == Some(name.as_str()) && running.get(&cp.name) == Some(&cp.epoch)
+            {
+                self.obs.backups.insert(key, backups.clone());
             }
         }
         self.send(
@@ -581,6 +596,26 @@ impl<'a> World<'a> {
             leader,
             from,
         );
+    }
+
+    /// A host's backup report at the current time: a full snapshot every minute, a delta every
+    /// second after it.
+    fn backup_report(&self) -> BackupReport {
+        let unix_ms = 1_700_000_000_000 + self.t;
+        let full_at = self.t / 60_000 * 60_000;
+        let deltas = (self.t - full_at) / 1_000;
+        BackupReport {
+            full: Some(format!(
+                "sim/v2/Full-00000000-{:08}-{}.gz",
+                full_at / 100,
+                (1_700_000_000_000 + full_at) / 1_000
+            )),
+            deltas_since_full: deltas,
+            revision: self.t / 100,
+            newest_delta_unix_ms: (deltas > 0).then_some(unix_ms),
+            up_to_date_unix_ms: unix_ms,
+            delta_period_ms: 1_000,
+        }
     }
 
     fn granted(&mut self, id: u64, m: usize, granted: BTreeMap<String, u64>) {

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
+use garden_ring::core::backup_report::BackupReport;
 use garden_ring::core::{Command, ControlPlaneSpec, Health, MemberSpec, MoveKind, Proposal};
 use garden_ring::fuzz::{self, TARGETS, Target};
 use proptest::collection::{btree_map, vec};
@@ -846,11 +847,46 @@ fn command() -> BoxedStrategy<Command> {
             .prop_map(|(name, epoch, member)| Command::ReleaseFence { name, epoch, member }),
         2 => (strings(&["cp-a", "nope"]), 0u64..5, member_name())
             .prop_map(|(name, epoch, member)| Command::ReportServing { name, epoch, member }),
+        2 => (strings(&["cp-a", "nope"]), 0u64..5, member_name(), backup_report())
+            .prop_map(|(name, epoch, member, report)| Command::ReportBackup { name, epoch, member, report }),
         1 => (node_id(), any::<bool>()).prop_map(|(id, cordoned)| Command::Cordon { id, cordoned }),
         1 => (node_id(), vec((member_name(), member_name()), 0..20))
             .prop_map(|(id, labels)| Command::SetLabels { id, labels: labels.into_iter().collect() }),
     ]
     .boxed()
+}
+
+/// A host's backup report: mostly consistent (a delta time exactly when there are deltas),
+/// with hostile keys, numbers past etcd's range and inconsistent delta times now and then.
+fn backup_report() -> BoxedStrategy<BackupReport> {
+    let full = mostly(
+        option::of(strings(&[
+            "shoot--dev--cp-a/etcd-main/v2/Full-00000000-00000100-1700000000.gz",
+            "Full-00000000-00000100-1700000000.final",
+        ])),
+        prop_oneof![
+            strings(&["", "Full\n", "Full\u{202e}", "\u{0}"]).prop_map(Some),
+            (1023usize..=1026).prop_map(|n| Some("k".repeat(n))),
+        ],
+    );
+    let number = mostly(0u64..=1 << 40, any::<u64>());
+    (
+        full,
+        0u64..4,
+        number.clone(),
+        number,
+        0u64..=60_000,
+        any::<u8>(),
+    )
+        .prop_map(|(full, deltas, revision, at, period, skew)| BackupReport {
+            full,
+            deltas_since_full: deltas,
+            revision,
+            newest_delta_unix_ms: ((deltas > 0) != (skew == 0)).then_some(at),
+            up_to_date_unix_ms: at,
+            delta_period_ms: period,
+        })
+        .boxed()
 }
 
 /// JSON proposals: one, or a sequence applied in order.

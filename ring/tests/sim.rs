@@ -21,7 +21,7 @@ fn seeds() -> Vec<u64> {
 #[test]
 fn every_seed_keeps_the_invariants() {
     let started = std::time::Instant::now();
-    let (mut faults, mut moves, mut releases, mut steps) = (0, 0, 0, 0);
+    let (mut faults, mut moves, mut releases, mut backups, mut steps) = (0, 0, 0, 0, 0);
     let seeds = seeds();
     for &seed in &seeds {
         match run(&SimConfig::new(seed)) {
@@ -29,13 +29,14 @@ fn every_seed_keeps_the_invariants() {
                 faults += r.faults;
                 moves += r.moves;
                 releases += r.releases;
+                backups += r.backups;
                 steps += r.steps;
             }
             Err(v) => panic!("invariant violated: {v}"),
         }
     }
     println!(
-        "{} seeds, {faults} faults, {moves} moves, {releases} fences released, {steps} steps checked, in {:.1} s",
+        "{} seeds, {faults} faults, {moves} moves, {releases} fences released, {backups} backup reports, {steps} steps checked, in {:.1} s",
         seeds.len(),
         started.elapsed().as_secs_f64()
     );

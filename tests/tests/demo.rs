@@ -299,7 +299,7 @@ async fn demo_fail_zone_moves_an_etcd_control_plane_with_its_data() {
         .await
         .unwrap();
     let revision = etcd.put(b"/registry/demo", b"kept").await.unwrap();
-    // The next periodic snapshot (every 5 s in the demo) holds it: a complete one, not the
+    // The next delta snapshot (every second in the demo) holds it: a complete one, not the
     // staging file (`<name>#<n>`) of an upload still under way, which a zone loss would cut.
     let zone_dir = dir
         .path()

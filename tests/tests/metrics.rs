@@ -58,6 +58,10 @@ async fn metrics_count_and_time_a_failover() {
         for family in [
             "garden_ring_dns_propagation_seconds histogram",
             "garden_ring_snapshot_age_seconds gauge",
+            "garden_ring_backup_revision gauge",
+            "garden_ring_backup_deltas_since_full gauge",
+            "garden_ring_backup_delta_age_seconds gauge",
+            "garden_ring_backup_delta_period_seconds gauge",
             "garden_ring_raft_committed_index gauge",
         ] {
             assert!(body.contains(&format!("# TYPE {family}")), "{body}");

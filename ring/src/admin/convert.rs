@@ -41,6 +41,19 @@ pub fn control_plane(cp: &ControlPlane) -> pb::ControlPlane {
         backups: cp.backups.clone().into_iter().collect(),
         migration: cp.migration.as_ref().map(migration),
         labels: cp.labels.clone(),
+        backup_status: cp.backup_status.as_ref().map(backup_status),
+    }
+}
+
+/// A backup report as the API shows it.
+pub fn backup_status(r: &crate::core::backup_report::BackupReport) -> pb::BackupStatus {
+    pb::BackupStatus {
+        full: r.full.clone().unwrap_or_default(),
+        deltas_since_full: r.deltas_since_full,
+        revision: r.revision,
+        newest_delta_unix_ms: r.newest_delta_unix_ms,
+        up_to_date_unix_ms: r.up_to_date_unix_ms,
+        delta_period_ms: r.delta_period_ms,
     }
 }
 

@@ -25,6 +25,7 @@ use tracing::Instrument as _;
 
 use std::sync::Arc;
 
+use super::backup_status::BackupStatuses;
 use super::etcd::{EtcdInstance, EtcdRuntime, InstancePhase, SnapshotTimes};
 use crate::config::{Config, DriverKind, DriverSettings};
 use crate::core::state::RingState;
@@ -237,6 +238,7 @@ pub struct Workloads {
     etcd: Option<Arc<EtcdRuntime>>,
     etcd_instances: BTreeMap<String, EtcdInstance>,
     snapshots: Arc<SnapshotTimes>,
+    backups: Arc<BackupStatuses>,
 }
 
 /// The `ring-guard` binary next to the running executable.
@@ -260,6 +262,7 @@ impl Workloads {
             etcd: None,
             etcd_instances: BTreeMap::new(),
             snapshots: Arc::default(),
+            backups: Arc::default(),
         }
     }
 
@@ -281,6 +284,7 @@ impl Workloads {
                 fence_ms: config.timing.fence_ms,
                 lease_ms: config.timing.lease_ms,
                 snapshots: workloads.snapshots.clone(),
+                backups: workloads.backups.clone(),
             }));
         }
         Ok(workloads)
@@ -289,6 +293,20 @@ impl Workloads {
     /// When the etcd driver's instances last took a snapshot (empty with other drivers).
     pub fn snapshot_times(&self) -> Arc<SnapshotTimes> {
         self.snapshots.clone()
+    }
+
+    /// The etcd driver's instances' newest backup reports (empty with other drivers).
+    pub fn backup_statuses(&self) -> Arc<BackupStatuses> {
+        self.backups.clone()
+    }
+
+    /// The backup reports of what runs (`running`: control plane -> epoch), each recorded at
+    /// the epoch it runs at. Only the `etcd` driver writes backups; the others report none.
+    pub fn backups(
+        &self,
+        running: &BTreeMap<String, u64>,
+    ) -> BTreeMap<String, crate::core::backup_report::BackupReport> {
+        self.backups.at_epochs(running)
     }
 
     /// How long a workload may take to stop after its deadline.

@@ -78,6 +78,8 @@ pub struct EtcdRuntime {
     pub lease_ms: u64,
     /// When each instance last took a snapshot (for `/metrics`).
     pub snapshots: Arc<SnapshotTimes>,
+    /// Each instance's newest backup report (for the lease renewals and `/metrics`).
+    pub backups: Arc<super::backup_status::BackupStatuses>,
 }
 
 /// When the newest successful snapshot of each control plane this member hosts was taken:
@@ -320,14 +322,15 @@ async fn run(
     let name = target.name.clone();
     let epoch = target.epoch;
     let dir = runtime.epoch_dir(&name, epoch);
-    // However the instance ends, its snapshot age stops being reported.
-    struct Forget<'a>(&'a SnapshotTimes, &'a str, u64);
+    // However the instance ends, its snapshot age and backup report stop being reported.
+    struct Forget<'a>(&'a EtcdRuntime, &'a str, u64);
     impl Drop for Forget<'_> {
         fn drop(&mut self) {
-            self.0.forget(self.1, self.2);
+            self.0.snapshots.forget(self.1, self.2);
+            self.0.backups.forget(self.1, self.2);
         }
     }
-    let _forget = Forget(&runtime.snapshots, &name, epoch);
+    let _forget = Forget(&runtime, &name, epoch);
     if !dir.join("etcd").is_dir() {
         let prepared = tokio::select! {
             prepared = prepare(&runtime, &target, &shared) => prepared,
@@ -824,7 +827,13 @@ fn set_healthy(shared: &Shared, ok: bool) {
 }
 
 /// Tells the member what the backups of `target` reach (for its renewals and `/metrics`).
-fn publish(_runtime: &EtcdRuntime, _target: &Target, _backups: &Backups) {}
+fn publish(runtime: &EtcdRuntime, target: &Target, backups: &Backups) {
+    runtime.backups.update(
+        &target.name,
+        target.epoch,
+        backups.report(runtime.settings.delta_snapshot_period_ms),
+    );
+}
 
 /// Removes the data directories of epochs before `epoch` (their data moved on through the
 /// backups); best effort.

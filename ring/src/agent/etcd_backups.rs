@@ -34,6 +34,7 @@ use crate::backup::marker::{self, Marker, Ownership};
 use crate::backup::snapshot::{
     StagedSnapshot, TakenSnapshot, stage_delta_snapshot, stage_full_snapshot,
 };
+use crate::core::backup_report::BackupReport;
 use crate::time::unix_ms;
 
 /// What an attempt to store a snapshot came to.
@@ -107,6 +108,18 @@ impl Backups {
     /// The revision the stored snapshots reach.
     pub(super) fn covered_revision(&self) -> u64 {
         self.covered
+    }
+
+    /// What the stored backups reach, for the ring (`ringctl cp get`) and `/metrics`.
+    pub(super) fn report(&self, delta_period_ms: u64) -> BackupReport {
+        BackupReport {
+            full: self.full.clone(),
+            deltas_since_full: self.deltas_since_full,
+            revision: self.covered,
+            newest_delta_unix_ms: self.newest_delta_unix_ms,
+            up_to_date_unix_ms: self.up_to_date_unix_ms,
+            delta_period_ms,
+        }
     }
 
     /// Takes a full snapshot (final when `final_`) and, after it, (re)starts the watch.

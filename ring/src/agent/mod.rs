@@ -5,6 +5,7 @@
 //! Without a fresh grant it starts and extends nothing; each workload's guard then stops it at
 //! the deadline of the last grant, whatever `ringd` is doing (DESIGN.md rule 1).
 
+pub mod backup_status;
 pub mod driver;
 pub mod etcd;
 mod etcd_backups;
@@ -171,6 +172,7 @@ impl Agent {
                 running: running.clone(),
                 healthy,
                 migrations: self.workloads.migrations(),
+                backups: self.workloads.backups(&running),
             })
             .await;
         let reply = match reply {

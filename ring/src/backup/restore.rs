@@ -387,6 +387,8 @@ pub async fn restore_newest(
                     member_name: options.member_name.clone(),
                     peer_url: options.peer_url.clone(),
                     timeout_ms: options.tool_timeout_ms,
+                    // etcdutl comes with etcd 3.5+, which has --unsafe-no-fsync.
+                    no_fsync: matches!(options.tool, RestoreTool::Etcdutl(_)),
                 },
             )
             .await;

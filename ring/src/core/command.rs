@@ -260,6 +260,19 @@ pub enum Command {
         /// What it reports.
         report: crate::core::migration::MigrationReport,
     },
+    /// The host reports the backups of a running control plane (newest full snapshot, deltas
+    /// since, the revision they reach). The leader commits a report only when it is worth it
+    /// ([`crate::core::backup_report::worth_committing`]).
+    ReportBackup {
+        /// The control plane.
+        name: String,
+        /// Its current epoch.
+        epoch: u64,
+        /// The host.
+        member: String,
+        /// What it reports.
+        report: crate::core::backup_report::BackupReport,
+    },
     /// Replaces a member's labels (placement preferences can name them).
     SetLabels {
         /// The member.
@@ -310,7 +323,8 @@ impl Command {
             Command::MoveControlPlane { name, epoch, .. }
             | Command::ReleaseFence { name, epoch, .. }
             | Command::ReportServing { name, epoch, .. }
-            | Command::ReportMigration { name, epoch, .. } => Some((name, *epoch)),
+            | Command::ReportMigration { name, epoch, .. }
+            | Command::ReportBackup { name, epoch, .. } => Some((name, *epoch)),
             _ => None,
         }
     }
@@ -329,6 +343,7 @@ impl Command {
             Command::ReleaseFence { .. } => "control-plane.released",
             Command::ReportServing { .. } => "control-plane.serving",
             Command::ReportMigration { .. } => "control-plane.migration",
+            Command::ReportBackup { .. } => "control-plane.backup",
             Command::SetLabels { .. } => "member.labels",
             Command::SetControlPlaneLabels { .. } => "control-plane.labels",
             Command::Cordon { cordoned: true, .. } => "member.cordon",
@@ -422,6 +437,19 @@ impl Command {
                 Ok(())
             }
             Command::ReportMigration {
+                name,
+                epoch,
+                member,
+                report,
+            } => {
+                require("control plane name", name, check_label)?;
+                require("member name", member, check_label)?;
+                if *epoch == 0 {
+                    return Err(CommandError::invalid("epoch", "0", "must be at least 1"));
+                }
+                report.validate()
+            }
+            Command::ReportBackup {
                 name,
                 epoch,
                 member,

@@ -20,6 +20,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::backup_report::{self, BackupReport};
 use super::command::Command;
 use super::migration::MigrationReport;
 use super::placement::{self, Request};
@@ -64,12 +65,17 @@ pub struct Observations {
     pub serving: BTreeSet<(String, u64, String)>,
     /// (control plane, epoch, member): the host's last report on the migration it performs.
     pub progress: BTreeMap<(String, u64, String), MigrationReport>,
+    /// (control plane, epoch, member): the host's last report on the backups it writes, while
+    /// it is worth committing ([`backup_report::worth_committing`]; [`Observations::observe`]
+    /// forgets the others), so this holds only what waits for a commit, not every control
+    /// plane that runs.
+    pub backups: BTreeMap<(String, u64, String), BackupReport>,
 }
 
 impl Observations {
     /// Starts the fencing clock of every control plane newly seen with former hosts fencing it
     /// (phase `fencing`, or `unplaced` with a non-empty set), and forgets what no longer
-    /// applies.
+    /// applies (also backup reports committed already or not worth committing).
     pub fn observe(&mut self, state: &RingState) {
         // Only a control plane that is not running can have former hosts fencing it.
         let fencing: BTreeSet<(String, u64)> = state
@@ -90,6 +96,12 @@ impl Observations {
         self.released.retain(|(cp, epoch, _)| current(cp, epoch));
         self.serving.retain(|(cp, epoch, _)| current(cp, epoch));
         self.progress.retain(|(cp, epoch, _), _| current(cp, epoch));
+        self.backups.retain(|(cp, epoch, _), report| {
+            state.control_planes.get(cp).is_some_and(|c| {
+                c.epoch == *epoch
+                    && backup_report::worth_committing(c.backup_status.as_ref(), report)
+            })
+        });
     }
 }
 
@@ -106,9 +118,11 @@ pub struct Decision {
 ///
 /// Only the control planes that [`RingState::may_change`] lists are looked at: one that runs
 /// on a member not judged lost gets no decision (see [`decide_one`]), so a ring of thousands
-/// of control planes costs a round only what is moving.
+/// of control planes costs a round only what is moving. The one exception is a backup report
+/// ([`Command::ReportBackup`]), which is about control planes that run: those come from what
+/// the hosts reported ([`Observations::backups`]), not from a scan of the state.
 pub fn decide(state: &RingState, obs: &Observations, policy: &Policy) -> Vec<Decision> {
-    let out = decide_for(state, state.may_change(), obs, policy);
+    let mut out = decide_for(state, state.may_change(), obs, policy);
     // Debug builds (every test, the simulation) check that nothing was skipped.
     debug_assert_eq!(
         out,
@@ -120,6 +134,52 @@ pub fn decide(state: &RingState, obs: &Observations, policy: &Policy) -> Vec<Dec
         ),
         "a decision about a control plane `may_change` does not list"
     );
+    let decided: BTreeSet<String> = out
+        .iter()
+        .filter_map(|d| d.command.control_plane_epoch())
+        .map(|(name, _)| name.to_string())
+        .collect();
+    let reports = backup_reports(state, obs, &decided);
+    if !reports.is_empty() {
+        out.extend(reports);
+        // Every decision is about one control plane: back into name order (stable).
+        out.sort_by_cached_key(|d| d.command.control_plane_epoch().map(|(n, _)| n.to_owned()));
+    }
+    out
+}
+
+/// The backup reports worth committing ([`backup_report::worth_committing`]): from the host of
+/// a `running` control plane at its epoch, valid, and about a control plane nothing else in
+/// this round (`decided`) is about.
+fn backup_reports(
+    state: &RingState,
+    obs: &Observations,
+    decided: &BTreeSet<String>,
+) -> Vec<Decision> {
+    let mut out = Vec::new();
+    for ((name, epoch, member), report) in &obs.backups {
+        let Some(cp) = state.control_planes.get(name) else {
+            continue;
+        };
+        if cp.phase != Phase::Running
+            || cp.epoch != *epoch
+            || cp.host.as_deref() != Some(member.as_str())
+            || decided.contains(name)
+            || !backup_report::worth_committing(cp.backup_status.as_ref(), report)
+            || report.validate().is_err()
+        {
+            continue;
+        }
+        out.push(Decision {
+            command: Command::ReportBackup {
+                name: name.clone(),
+                epoch: *epoch,
+                member: member.clone(),
+                report: report.clone(),
+            },
+            reason: format!("{member} reports its backups"),
+        });
+    }
     out
 }
 

@@ -10,6 +10,8 @@
 //! - [`limits`]: the bounds on everything (sizes, counts, lengths).
 //! - [`names`]: syntax checks for names, addresses, URLs, prefixes, TTLs and free text.
 //! - [`backup_name`]: etcd-backup-restore's snapshot object names, parsed and formatted.
+//! - [`backup_report`]: [`BackupReport`](backup_report::BackupReport), what a host reports
+//!   about a control plane's backups (full and delta snapshots), and when it is worth a commit.
 //! - [`error`]: [`CommandError`](error::CommandError), why a command was refused.
 //! - [`command`]: what can be proposed.
 //! - [`state`]: [`RingState`](state::RingState) and its parts, plus `apply`.
@@ -21,6 +23,7 @@
 pub mod agent;
 pub mod backup_chain;
 pub mod backup_name;
+pub mod backup_report;
 pub mod command;
 pub mod controller;
 pub mod error;

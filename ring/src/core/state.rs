@@ -14,6 +14,7 @@ use super::vec_map::VecMap;
 use serde::{Deserialize, Serialize};
 
 use super::NodeId;
+use super::backup_report::BackupReport;
 use super::command::{Command, ControlPlaneSpec, MemberSpec, Proposal};
 use super::error::CommandError;
 use super::history::{Event, History};
@@ -208,6 +209,10 @@ pub struct ControlPlane {
     /// Labels the operator gave it (`ringctl cp label`); nothing in the ring acts on them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// The host's last committed report on its backups at the current epoch (only while
+    /// `running`; cleared by every move). Named apart from `backup`, the location URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_status: Option<BackupReport>,
 }
 
 impl ControlPlane {
@@ -569,6 +574,15 @@ impl RingState {
                 member,
                 report,
             } => self.report_migration(name, *epoch, member, report, proposal.at_ms)?,
+            Command::ReportBackup {
+                name,
+                epoch,
+                member,
+                report,
+            } => match self.report_backup(name, *epoch, member, report)? {
+                Some(detail) => detail,
+                None => return Ok(()),
+            },
             Command::SetLabels { id, labels } => {
                 let member = self.member_mut(*id)?;
                 member.labels = labels.clone();
@@ -1045,6 +1059,8 @@ impl RingState {
         let cp = self.control_planes.get_mut(name).expect("looked up above");
         cp.epoch = epoch;
         cp.moved_at_ms = at_ms;
+        // The backups reported at the old epoch are the old host's; the new host reports its own.
+        cp.backup_status = None;
         match to {
             Some(to) => {
                 // Moving back to a former host: it stops its old instance itself (its agent
@@ -1185,6 +1201,52 @@ impl RingState {
         migration.apply(report, at_ms)
     }
 
+    /// The host reports the backups of control plane `name` at `epoch`; refused unless it is
+    /// `running` there. The report replaces the committed one; history records only the first
+    /// report of an epoch and a new full snapshot (`None`: nothing for history), so the
+    /// periodic reports between full snapshots do not push the other events out.
+    fn report_backup(
+        &mut self,
+        name: &str,
+        epoch: u64,
+        member: &str,
+        report: &BackupReport,
+    ) -> Result<Option<String>, CommandError> {
+        let cp = self.control_plane_mut(name)?;
+        if cp.epoch != epoch || cp.host.as_deref() != Some(member) || cp.phase != Phase::Running {
+            return Err(CommandError::Refused(format!(
+                "control plane {name} is {} at epoch {} on {}; {member} cannot report its backups at epoch {epoch}",
+                cp.phase,
+                cp.epoch,
+                cp.host.as_deref().unwrap_or("no host")
+            )));
+        }
+        let recorded = cp
+            .backup_status
+            .as_ref()
+            .is_none_or(|committed| committed.full != report.full);
+        cp.backup_status = Some(report.clone());
+        if !recorded {
+            return Ok(None);
+        }
+        let full = match report.full_name() {
+            Some(full) => format!("full snapshot {}", super::error::shorten(full)),
+            None => "no full snapshot yet".into(),
+        };
+        let deltas = if report.delta_period_ms == 0 {
+            "delta snapshots off".to_string()
+        } else {
+            format!(
+                "{} delta snapshots since, one every {} ms",
+                report.deltas_since_full, report.delta_period_ms
+            )
+        };
+        Ok(Some(format!(
+            "backups at epoch {epoch}: {full}, revision {}, {deltas}",
+            report.revision
+        )))
+    }
+
     fn cordon(&mut self, id: NodeId, cordoned: bool) -> Result<Option<String>, CommandError> {
         let member = self.member_mut(id)?;
         if member.cordoned == cordoned {
@@ -1301,6 +1363,7 @@ impl RingState {
                 backups: spec.backups.clone(),
                 migration,
                 labels: BTreeMap::new(),
+                backup_status: None,
             }),
         );
         Ok(detail)
@@ -1331,7 +1394,8 @@ impl RingState {
             | Command::MoveControlPlane { name, .. }
             | Command::ReleaseFence { name, .. }
             | Command::ReportServing { name, .. }
-            | Command::ReportMigration { name, .. } => {
+            | Command::ReportMigration { name, .. }
+            | Command::ReportBackup { name, .. } => {
                 if let Some(cp) = self.control_planes.get(name) {
                     check_control_plane(cp);
                 }
@@ -1393,14 +1457,16 @@ fn touched_control_plane(command: &Command) -> Option<&str> {
         | Command::MoveControlPlane { name, .. }
         | Command::ReleaseFence { name, .. }
         | Command::ReportServing { name, .. }
-        | Command::ReportMigration { name, .. } => Some(name),
+        | Command::ReportMigration { name, .. }
+        | Command::ReportBackup { name, .. } => Some(name),
         _ => None,
     }
 }
 
 /// The invariants of one control plane: hosted exactly when placed, at epoch 1 or more, never
-/// at home, only where it has an endpoint, never fencing its own host, and startable (phase
-/// `Starting`/`Running`) only when no former host may still hold a lease.
+/// at home, only where it has an endpoint, never fencing its own host, startable (phase
+/// `Starting`/`Running`) only when no former host may still hold a lease, and with a backup
+/// report only while running (a move clears it).
 fn check_control_plane(cp: &ControlPlane) {
     let name = &cp.name;
     match (&cp.host, cp.phase) {
@@ -1423,6 +1489,11 @@ fn check_control_plane(cp: &ControlPlane) {
         (None, Phase::Unplaced) => {}
         (host, phase) => panic!("{name} has host {host:?} in phase {phase}"),
     }
+    assert!(
+        cp.backup_status.is_none() || cp.phase == Phase::Running,
+        "{name} has a backup report while {}",
+        cp.phase
+    );
     if let Some(m) = &cp.migration {
         assert!(m.epoch <= cp.epoch, "{name}'s migration is from the future");
         if m.epoch == cp.epoch && cp.host.is_some() {
@@ -1503,7 +1574,8 @@ fn subject(state: &RingState, command: &Command) -> String {
         | Command::MoveControlPlane { name, .. }
         | Command::ReleaseFence { name, .. }
         | Command::ReportServing { name, .. }
-        | Command::ReportMigration { name, .. } => name.clone(),
+        | Command::ReportMigration { name, .. }
+        | Command::ReportBackup { name, .. } => name.clone(),
         Command::Cordon { id, .. } | Command::SetLabels { id, .. } => member_name(id),
     }
 }

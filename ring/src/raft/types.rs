@@ -117,6 +117,10 @@ pub struct RenewRequest {
     /// Of those, the migrations it performs (copy, restore), by control plane.
     #[serde(default)]
     pub migrations: std::collections::BTreeMap<String, crate::core::migration::MigrationReport>,
+    /// Of those, the backups it writes, by control plane: only for control planes it runs at
+    /// the epoch in `running` (etcd driver; empty with the others).
+    #[serde(default)]
+    pub backups: std::collections::BTreeMap<String, crate::core::backup_report::BackupReport>,
 }
 
 /// The leader's answer to a [`RenewRequest`].

@@ -149,7 +149,71 @@ pub fn control_plane(cp: &pb::ControlPlane) -> String {
             out.push_str(&format!("\n  note: {}", m.note));
         }
     }
+    out.push('\n');
+    out.push_str(&backups(
+        cp.backup_status.as_ref(),
+        garden_ring::time::unix_ms(),
+    ));
     out
+}
+
+/// The "backups:" block of `control-plane get`: what the host last reported (as committed),
+/// ages counted at `now_ms` (Unix, this machine's clock).
+pub fn backups(b: Option<&pb::BackupStatus>, now_ms: u64) -> String {
+    let Some(b) = b else {
+        return "backups: none reported".into();
+    };
+    let deltas = if b.delta_period_ms == 0 {
+        format!("{} (delta snapshots off)", b.deltas_since_full)
+    } else {
+        format!(
+            "{} (one every {})",
+            b.deltas_since_full,
+            duration(b.delta_period_ms)
+        )
+    };
+    let newest_delta = match b.newest_delta_unix_ms {
+        Some(at) => format!("{} ({} UTC)", ago(now_ms, at), utc(at)),
+        None => "none since the full snapshot".into(),
+    };
+    format!(
+        "backups:\n  newest full:      {}\n  deltas since:     {deltas}\n  revision:         {}\n  newest delta:     {newest_delta}\n  up to date as of: {} ({} UTC)",
+        if b.full.is_empty() {
+            "none yet"
+        } else {
+            &b.full
+        },
+        b.revision,
+        ago(now_ms, b.up_to_date_unix_ms),
+        utc(b.up_to_date_unix_ms)
+    )
+}
+
+/// `ms` in words: `750 ms`, `20 s`, `1.5 s`, `2 min 5 s`, `3 h 4 min`.
+fn duration(ms: u64) -> String {
+    let s = ms / 1000;
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else if s < 60 {
+        if ms.is_multiple_of(1000) {
+            format!("{s} s")
+        } else {
+            format!("{:.1} s", ms as f64 / 1000.0)
+        }
+    } else if s < 3600 {
+        format!("{} min {} s", s / 60, s % 60)
+    } else {
+        format!("{} h {} min", s / 3600, s % 3600 / 60)
+    }
+}
+
+/// How long before `now_ms` the time `at_ms` was (both Unix ms); a time ahead of this
+/// machine's clock says so instead.
+fn ago(now_ms: u64, at_ms: u64) -> String {
+    if at_ms > now_ms {
+        return format!("{} ahead of this machine's clock", duration(at_ms - now_ms));
+    }
+    format!("{} ago", duration(now_ms - at_ms))
 }
 
 pub fn status(s: &pb::StatusResponse) -> String {
@@ -364,6 +428,40 @@ mod tests {
         assert_eq!(utc(0), "1970-01-01 00:00:00.000");
         assert_eq!(utc(1_796_083_200_123), "2026-12-01 00:00:00.123");
         assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00.000");
+    }
+
+    #[test]
+    fn backups_block() {
+        assert_eq!(backups(None, 0), "backups: none reported");
+        let b = pb::BackupStatus {
+            full: "x/v2/Full-00000000-00000100-1700000000.gz".into(),
+            deltas_since_full: 3,
+            revision: 142,
+            newest_delta_unix_ms: Some(1_796_083_200_000),
+            up_to_date_unix_ms: 1_796_083_201_000,
+            delta_period_ms: 20_000,
+        };
+        assert_eq!(
+            backups(Some(&b), 1_796_083_203_500),
+            "backups:\n  newest full:      x/v2/Full-00000000-00000100-1700000000.gz\n  deltas since:     3 (one every 20 s)\n  revision:         142\n  newest delta:     3.5 s ago (2026-12-01 00:00:00.000 UTC)\n  up to date as of: 2.5 s ago (2026-12-01 00:00:01.000 UTC)"
+        );
+        let quiet = pb::BackupStatus {
+            full: String::new(),
+            deltas_since_full: 0,
+            newest_delta_unix_ms: None,
+            delta_period_ms: 0,
+            ..b
+        };
+        let text = backups(Some(&quiet), 1_796_083_000_000);
+        assert!(text.contains("newest full:      none yet"), "{text}");
+        assert!(text.contains("0 (delta snapshots off)"), "{text}");
+        assert!(text.contains("none since the full snapshot"), "{text}");
+        assert!(
+            text.contains("3 min 21 s ahead of this machine's clock"),
+            "{text}"
+        );
+        assert_eq!(duration(3_723_000), "1 h 2 min");
+        assert_eq!(duration(750), "750 ms");
     }
 
     #[test]

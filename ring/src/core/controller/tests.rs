@@ -1,4 +1,5 @@
 use super::*;
+use crate::core::backup_report::REPORT_INTERVAL_MS;
 use crate::core::command::{ControlPlaneSpec, MemberSpec, Proposal};
 
 fn spec(id: u64, name: &str, zone: &str) -> MemberSpec {
@@ -638,4 +639,146 @@ fn a_batch_of_failovers_spreads_over_the_survivors_and_respects_capacity() {
             ("unplaced".into(), 3)
         ])
     );
+}
+
+fn backups(full: &str, deltas: u64, up_to_date_unix_ms: u64) -> BackupReport {
+    BackupReport {
+        full: Some(format!("x/v2/{full}")),
+        deltas_since_full: deltas,
+        revision: 100 + deltas,
+        newest_delta_unix_ms: (deltas > 0).then_some(up_to_date_unix_ms),
+        up_to_date_unix_ms,
+        delta_period_ms: 1_000,
+    }
+}
+
+fn backup_decisions(d: &[Decision]) -> Vec<&BackupReport> {
+    d.iter()
+        .filter_map(|d| match &d.command {
+            Command::ReportBackup { report, .. } => Some(report),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn backup_reports_are_committed_when_absent_throttled_and_on_a_new_full() {
+    let mut ring = Ring::new();
+    ring.add("x", None, "a");
+    let full = "Full-00000000-00000100-1700000000.gz";
+    let key = ("x".to_string(), 1, "a".to_string());
+    let mut obs = Observations::default();
+    // Reported while starting: kept, not proposed before it runs.
+    obs.backups.insert(key.clone(), backups(full, 0, 1_000));
+    assert!(ring.run(&mut obs).is_empty());
+    obs.serving.insert(key.clone());
+    ring.run(&mut obs);
+    assert_eq!(ring.cp("x").phase, Phase::Running);
+
+    // Absent: committed.
+    let d = ring.run(&mut obs);
+    assert_eq!(backup_decisions(&d), [&backups(full, 0, 1_000)], "{d:?}");
+    assert!(d[0].reason.contains("a reports its backups"), "{d:?}");
+    assert_eq!(ring.cp("x").backup_status, Some(backups(full, 0, 1_000)));
+    assert!(
+        ring.run(&mut obs).is_empty(),
+        "the same report is committed once"
+    );
+
+    // Deltas on the same full snapshot: at most one commit per REPORT_INTERVAL_MS.
+    obs.backups.insert(
+        key.clone(),
+        backups(full, 4, 1_000 + REPORT_INTERVAL_MS - 1),
+    );
+    assert!(ring.run(&mut obs).is_empty(), "throttled");
+    obs.backups
+        .insert(key.clone(), backups(full, 5, 1_000 + REPORT_INTERVAL_MS));
+    let d = ring.run(&mut obs);
+    assert_eq!(backup_decisions(&d).len(), 1, "{d:?}");
+    assert_eq!(
+        ring.cp("x")
+            .backup_status
+            .as_ref()
+            .unwrap()
+            .deltas_since_full,
+        5
+    );
+
+    // A new full snapshot: at once.
+    let newer = "Full-00000000-00000105-1700000006.gz";
+    obs.backups.insert(
+        key.clone(),
+        backups(newer, 0, 1_000 + REPORT_INTERVAL_MS + 1),
+    );
+    let d = ring.run(&mut obs);
+    assert_eq!(backup_decisions(&d).len(), 1, "{d:?}");
+    assert_eq!(
+        ring.cp("x").backup_status.as_ref().unwrap().full_name(),
+        Some(newer)
+    );
+    let recorded = ring
+        .state
+        .history
+        .iter()
+        .filter(|e| e.action == "control-plane.backup")
+        .count();
+    assert_eq!(recorded, 2, "the first report and the new full one");
+
+    // Not from the host, not at the epoch, not valid: never proposed.
+    let mut other = Observations::default();
+    other
+        .backups
+        .insert(("x".into(), 1, "b".into()), backups(full, 0, 99_000));
+    other
+        .backups
+        .insert(("x".into(), 2, "a".into()), backups(full, 0, 99_000));
+    assert!(ring.run(&mut other).is_empty());
+    let mut bad = backups(newer, 0, 99_000);
+    bad.newest_delta_unix_ms = Some(1);
+    other.backups.insert(key.clone(), bad);
+    assert!(
+        ring.run(&mut other).is_empty(),
+        "an invalid report is proposed"
+    );
+
+    // The host is lost: the move comes first and alone, and clears the report; the old
+    // epoch's report is forgotten.
+    ring.lose(1);
+    obs.unix_ms = 10_000_000;
+    obs.backups.insert(
+        key.clone(),
+        backups(newer, 3, 2_000 + REPORT_INTERVAL_MS * 2),
+    );
+    let d = ring.run(&mut obs);
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert!(
+        matches!(d[0].command, Command::MoveControlPlane { .. }),
+        "{d:?}"
+    );
+    assert_eq!(ring.cp("x").backup_status, None);
+    obs.observe(&ring.state);
+    assert!(obs.backups.is_empty(), "{:?}", obs.backups);
+}
+
+#[test]
+fn backup_reports_keep_decisions_in_name_order() {
+    let mut ring = Ring::new();
+    ring.add("w", None, "a");
+    ring.add("x", None, "b");
+    let mut obs = Observations::default();
+    obs.serving.insert(("w".into(), 1, "a".into()));
+    ring.run(&mut obs);
+    // x is still starting (a serving decision), w runs (a backup report).
+    obs.serving.insert(("x".into(), 1, "b".into()));
+    obs.backups.insert(
+        ("w".into(), 1, "a".into()),
+        backups("Full-00000000-00000001-1700000000.gz", 0, 1),
+    );
+    obs.observe(&ring.state);
+    let d = decide(&ring.state, &obs, &policy());
+    let names: Vec<_> = d
+        .iter()
+        .map(|d| d.command.control_plane_epoch().unwrap().0)
+        .collect();
+    assert_eq!(names, ["w", "x"], "{d:?}");
 }

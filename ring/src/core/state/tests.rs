@@ -913,3 +913,172 @@ fn control_plane_labels_are_replaced_recorded_and_checked() {
     );
     assert!(matches!(err, CommandError::Limit(_)), "{err:?}");
 }
+
+fn backup_report(full: &str, deltas: u64, up_to_date_unix_ms: u64) -> BackupReport {
+    BackupReport {
+        full: Some(format!("shoot--dev--x/etcd-main/v2/{full}")),
+        deltas_since_full: deltas,
+        revision: 100 + deltas,
+        newest_delta_unix_ms: (deltas > 0).then_some(up_to_date_unix_ms),
+        up_to_date_unix_ms,
+        delta_period_ms: 20_000,
+    }
+}
+
+fn report_backup(name: &str, epoch: u64, member: &str, report: BackupReport) -> Command {
+    Command::ReportBackup {
+        name: name.into(),
+        epoch,
+        member: member.into(),
+        report,
+    }
+}
+
+#[test]
+fn backup_reports_are_kept_while_running_refused_elsewhere_and_cleared_on_move() {
+    let mut state = ring3();
+    state
+        .apply(2, &proposal(Command::AddControlPlane(cp("x", Some("a")))))
+        .unwrap();
+    let host = state.control_planes["x"].host.clone().unwrap();
+    let other = if host == "b" { "c" } else { "b" };
+    let full = "Full-00000000-00000100-1700000000.gz";
+
+    // Not running yet: refused.
+    let err = refused(
+        &mut state,
+        3,
+        report_backup("x", 1, &host, backup_report(full, 0, 1)),
+    );
+    assert!(
+        matches!(&err, CommandError::Refused(why) if why.contains("cannot report its backups")),
+        "{err:?}"
+    );
+    state
+        .apply(
+            3,
+            &proposal(Command::ReportServing {
+                name: "x".into(),
+                epoch: 1,
+                member: host.clone(),
+            }),
+        )
+        .unwrap();
+
+    // The first report of the epoch is stored and recorded in history.
+    state
+        .apply(
+            4,
+            &proposal(report_backup("x", 1, &host, backup_report(full, 0, 1_000))),
+        )
+        .unwrap();
+    assert_eq!(
+        state.control_planes["x"].backup_status,
+        Some(backup_report(full, 0, 1_000))
+    );
+    let event = state.history.newest(1)[0].clone();
+    assert_eq!(
+        (event.index, event.action.as_str(), event.subject.as_str()),
+        (4, "control-plane.backup", "x")
+    );
+    assert_eq!(
+        event.detail,
+        format!(
+            "backups at epoch 1: full snapshot {full}, revision 100, 0 delta snapshots since, one every 20000 ms"
+        )
+    );
+
+    // More deltas on the same full snapshot: stored, history left alone.
+    let events = state.history.len();
+    state
+        .apply(
+            5,
+            &proposal(report_backup("x", 1, &host, backup_report(full, 4, 9_000))),
+        )
+        .unwrap();
+    assert_eq!(
+        state.control_planes["x"].backup_status,
+        Some(backup_report(full, 4, 9_000))
+    );
+    assert_eq!(state.history.len(), events, "a delta report pushed history");
+
+    // A new full snapshot is recorded again.
+    let newer = "Full-00000000-00000104-1700000010.gz";
+    state
+        .apply(
+            6,
+            &proposal(report_backup(
+                "x",
+                1,
+                &host,
+                backup_report(newer, 0, 10_000),
+            )),
+        )
+        .unwrap();
+    assert_eq!(state.history.len(), events + 1);
+    assert!(
+        state.history.newest(1)[0].detail.contains(newer),
+        "{:?}",
+        state.history.newest(1)
+    );
+
+    // Another member, another epoch, an unknown control plane, a bad report: refused, nothing
+    // changes.
+    for (command, what) in [
+        (
+            report_backup("x", 1, other, backup_report(full, 0, 20_000)),
+            "member",
+        ),
+        (
+            report_backup("x", 2, &host, backup_report(full, 0, 20_000)),
+            "epoch",
+        ),
+    ] {
+        let err = refused(&mut state, 7, command);
+        assert!(
+            matches!(&err, CommandError::Refused(why) if why.contains("cannot report its backups")),
+            "wrong {what}: {err:?}"
+        );
+    }
+    let err = refused(
+        &mut state,
+        7,
+        report_backup("nope", 1, &host, backup_report(full, 0, 20_000)),
+    );
+    assert!(
+        matches!(err, CommandError::UnknownControlPlane(_)),
+        "{err:?}"
+    );
+    let mut bad = backup_report(full, 0, 20_000);
+    bad.full = Some("Full\n".into());
+    let err = refused(&mut state, 7, report_backup("x", 1, &host, bad));
+    assert!(matches!(err, CommandError::Invalid { .. }), "{err:?}");
+
+    // A state with a report survives JSON; one without writes no field for it (old snapshots
+    // decode, and decode the same).
+    let decoded: RingState = serde_json::from_str(&serde_json::to_string(&state).unwrap()).unwrap();
+    assert_eq!(decoded, state);
+
+    // A move clears it: the new host reports its own backups.
+    state
+        .apply(
+            7,
+            &proposal(Command::MoveControlPlane {
+                name: "x".into(),
+                to: Some(other.into()),
+                epoch: 2,
+                kind: MoveKind::Switchover,
+                note: String::new(),
+            }),
+        )
+        .unwrap();
+    assert_eq!(state.control_planes["x"].backup_status, None);
+    let json = serde_json::to_string(&state).unwrap();
+    assert!(!json.contains("backup_status"), "{json}");
+    let err = refused(
+        &mut state,
+        8,
+        report_backup("x", 1, &host, backup_report(full, 0, 30_000)),
+    );
+    assert!(matches!(err, CommandError::Refused(_)), "{err:?}");
+}
