@@ -11,6 +11,7 @@
 pub mod bind;
 pub mod dig;
 pub mod etcd;
+pub mod etcdbrctl;
 pub mod netns;
 pub mod s3;
 
