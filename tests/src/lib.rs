@@ -11,6 +11,8 @@
 pub mod bind;
 pub mod dig;
 pub mod etcd;
+pub mod etcdbrctl;
+pub mod netns;
 pub mod s3;
 
 use std::collections::BTreeMap;
@@ -47,6 +49,21 @@ pub fn binary(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// Whether this is a CI run (`CI=true`, or `CI=1`): there a missing external tool fails the
+/// test instead of skipping it.
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
+/// Reports a missing external tool `what`: panics with `advice` under [`ci`], else prints that
+/// the test is skipped and why (visible with `--no-capture`).
+pub fn missing_tool(what: &str, advice: &str) {
+    if ci() {
+        panic!("{what} is missing and CI=true, so this test must not skip: {advice}");
+    }
+    println!("SKIPPED: {what} is missing ({advice}); under CI=true this fails the test");
 }
 
 /// Free loopback ports, held until [`Ports::release`] so two calls cannot hand out the same one.

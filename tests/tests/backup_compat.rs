@@ -1,0 +1,702 @@
+//! Compatibility with the real etcd-backup-restore v0.43.0 (`etcdbrctl`), both ways: the cells
+//! of a matrix {who writes the backup} x {who restores it} x {Local plain, Local gzip, S3 gzip}.
+//! This file holds the etcdbrctl x etcdbrctl cells, which prove the harness
+//! (`garden_ring_tests::etcdbrctl`) and the reusable pieces the garden-ring cells use:
+//!
+//! - [`Workload`]: puts, overwrites, deletes and multi-key transactions against a real etcd
+//!   (puts through garden-ring's `EtcdClient`; deletes and transactions through the `etcdctl` of
+//!   the same etcd), recording every write (revision, key, value or delete) and the expected
+//!   final key -> value model;
+//! - [`etcdbrctl_bucket`]: a backup written by etcdbrctl while the workload runs: one full
+//!   snapshot (taken before the deltas' writes), at least two deltas holding overwrites and
+//!   deletes, optionally a `.final` full snapshot (`etcdbrctl server`);
+//! - [`read_all`]: every key of a data directory, read from an etcd started on it.
+//!
+//! What etcdbrctl restores with deltas is marked cluster version 3.5 (they are replayed through
+//! its embedded etcd 3.5): Debian's etcd 3.4 refuses to start on it ("cluster cannot be
+//! downgraded", checked here on a copy), so restores are read with upstream etcd 3.5
+//! (`etcd35_bin_dir`). A restore of a `.final` full snapshot alone is not marked: 3.4 must
+//! start on it and read the same keys. Without etcdbrctl or etcd 3.5 the tests fail under `CI=true` and are
+//! skipped elsewhere, saying why. The final-snapshot test needs root (a network namespace).
+//!
+//! Timings and object names are printed (`--no-capture` shows them).
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use garden_ring_tests::etcd::{Etcd, EtcdSpec, default_bin_dir, require_etcd35_bin_dir};
+use garden_ring_tests::etcdbrctl::{
+    self, CopyOptions, Listing, Provider, SnapshotOptions, Snapshotter, Store, require_etcdbrctl,
+};
+use garden_ring_tests::s3::Moto;
+
+/// Every key the workload writes starts with this.
+const KEY_PREFIX: &str = "/registry/compat/";
+/// The store prefix of the backups (a Gardener-style shoot technical id).
+const STORE_PREFIX: &str = "shoot--dev--compat/etcd-main";
+
+/// One write as etcd applied it: a put (`Some(value)`) or a delete (`None`) of `key` at
+/// `revision` (several writes share the revision of their transaction).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Write {
+    /// The revision of the write.
+    pub revision: u64,
+    /// The key.
+    pub key: String,
+    /// The value put, or `None` for a delete.
+    pub value: Option<String>,
+}
+
+/// One operation of a transaction.
+enum Op<'a> {
+    Put(&'a str, &'a str),
+    Delete(&'a str),
+}
+
+/// Writes to a real etcd and keeps the expected state; see the module docs.
+pub struct Workload<'a> {
+    etcd: &'a Etcd,
+    /// The expected final key -> value.
+    pub model: BTreeMap<String, String>,
+    /// Every write, in order.
+    pub writes: Vec<Write>,
+}
+
+/// `KEY_PREFIX` + `name`.
+fn key(name: &str) -> String {
+    format!("{KEY_PREFIX}{name}")
+}
+
+impl<'a> Workload<'a> {
+    /// A workload on `etcd` (which holds nothing under [`KEY_PREFIX`] yet).
+    pub fn new(etcd: &'a Etcd) -> Self {
+        Self {
+            etcd,
+            model: BTreeMap::new(),
+            writes: Vec::new(),
+        }
+    }
+
+    /// The revision of the last write.
+    pub fn revision(&self) -> u64 {
+        self.writes.last().map_or(0, |w| w.revision)
+    }
+
+    /// Puts `KEY_PREFIX + name` = `value` through garden-ring's client.
+    pub async fn put(&mut self, name: &str, value: &str) -> u64 {
+        let key = key(name);
+        let revision = self.etcd.put(&key, value).await;
+        self.record(revision, key, Some(value));
+        revision
+    }
+
+    /// Deletes `KEY_PREFIX + name` (which must exist) with `etcdctl del`.
+    pub fn delete(&mut self, name: &str) -> u64 {
+        let key = key(name);
+        assert!(
+            self.model.contains_key(&key),
+            "deleting {key}, which is not there"
+        );
+        let answer = self.etcdctl_json(&["del", &key], None);
+        assert_eq!(answer["deleted"], 1, "etcdctl del {key}: {answer}");
+        let revision = revision_of(&answer);
+        self.record(revision, key, None);
+        revision
+    }
+
+    /// Applies `ops` in one transaction (no compares) with `etcdctl txn`; the values must be
+    /// single words (etcdctl's transaction syntax).
+    fn txn(&mut self, ops: &[Op<'_>]) -> u64 {
+        let mut script = String::from("\n"); // no compares
+        for op in ops {
+            match op {
+                Op::Put(name, value) => {
+                    assert!(
+                        !value.is_empty() && !value.contains([' ', '"', '\n']),
+                        "a transaction value is one word: {value:?}"
+                    );
+                    script += &format!("put {} {value}\n", key(name));
+                }
+                Op::Delete(name) => {
+                    assert!(
+                        self.model.contains_key(&key(name)),
+                        "deleting absent {name}"
+                    );
+                    script += &format!("del {}\n", key(name));
+                }
+            }
+        }
+        script += "\n\n"; // end of the success ops; no failure ops
+        let answer = self.etcdctl_json(&["txn"], Some(&script));
+        assert_eq!(answer["succeeded"], true, "etcdctl txn: {answer}");
+        let revision = revision_of(&answer);
+        for op in ops {
+            match op {
+                Op::Put(name, value) => self.record(revision, key(name), Some(value)),
+                Op::Delete(name) => self.record(revision, key(name), None),
+            }
+        }
+        revision
+    }
+
+    fn record(&mut self, revision: u64, key: String, value: Option<&str>) {
+        assert!(revision >= self.revision(), "revisions go forward");
+        match value {
+            Some(v) => self.model.insert(key.clone(), v.to_string()),
+            None => self.model.remove(&key),
+        };
+        self.writes.push(Write {
+            revision,
+            key,
+            value: value.map(str::to_string),
+        });
+    }
+
+    fn etcdctl_json(&self, args: &[&str], stdin: Option<&str>) -> serde_json::Value {
+        let mut child = self
+            .etcd
+            .etcdctl()
+            .args(args)
+            .args(["-w", "json"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run etcdctl");
+        let mut input = child.stdin.take().expect("etcdctl's stdin");
+        input
+            .write_all(stdin.unwrap_or_default().as_bytes())
+            .expect("write to etcdctl");
+        drop(input);
+        let out = child.wait_with_output().expect("etcdctl runs");
+        assert!(
+            out.status.success(),
+            "etcdctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("etcdctl -w json prints JSON")
+    }
+
+    /// Before the backup starts (into the full snapshot): 12 puts, an overwrite, a delete, a
+    /// transaction (two puts and a delete), an empty value and a value with non-ASCII text,
+    /// quotes and a newline.
+    pub async fn seed(&mut self) {
+        for i in 0..12 {
+            self.put(&format!("k{i:02}"), &format!("seed-{i}")).await;
+        }
+        self.put("k00", "seed-0-overwritten").await;
+        self.delete("k11");
+        self.txn(&[
+            Op::Put("k12", "seed-txn-12"),
+            Op::Put("k13", "seed-txn-13"),
+            Op::Delete("k10"),
+        ]);
+        self.put("empty", "").await;
+        self.put("text", "grüße, 世界: \"quoted\"\nsecond line")
+            .await;
+    }
+
+    /// The first round of delta writes: new keys, overwrites of seeded keys (one twice), a
+    /// delete of a seeded key, a transaction mixing all three, a new key with an empty value.
+    pub async fn round_1(&mut self) {
+        for name in ["r1-a", "r1-b", "r1-c"] {
+            self.put(name, &format!("{name}-value")).await;
+        }
+        self.put("k01", "r1-overwrite").await;
+        self.put("k02", "r1-first").await;
+        self.put("k02", "r1-second").await;
+        self.delete("k03");
+        self.txn(&[
+            Op::Put("r1-txn", "r1-txn-value"),
+            Op::Put("k04", "r1-txn-overwrite"),
+            Op::Delete("k05"),
+        ]);
+        self.put("r1-empty", "").await;
+    }
+
+    /// The second round: overwrite and delete keys the first round created, re-create a key it
+    /// deleted, a transaction, a key put and deleted within the round, a delete of a key a
+    /// seeded transaction created.
+    pub async fn round_2(&mut self) {
+        self.put("r1-a", "r2-overwrite").await;
+        self.delete("r1-b");
+        self.put("k03", "r2-recreated").await;
+        self.txn(&[
+            Op::Delete("r1-txn"),
+            Op::Put("r2-txn", "r2-txn-value"),
+            Op::Put("k06", "r2-txn-overwrite"),
+        ]);
+        self.put("r2-gone", "short-lived").await;
+        self.delete("r2-gone");
+        self.delete("k13");
+    }
+}
+
+fn revision_of(answer: &serde_json::Value) -> u64 {
+    answer["header"]["revision"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no header.revision in {answer}"))
+}
+
+/// A backup etcdbrctl wrote; see [`etcdbrctl_bucket`]. Owns its directory and moto.
+pub struct Bucket {
+    /// Where it is.
+    pub store: Store,
+    /// Its objects when etcdbrctl stopped.
+    pub listing: Listing,
+    /// The expected content of a restore of its newest snapshots.
+    pub model: BTreeMap<String, String>,
+    /// Every write of the workload (also those in the full snapshot).
+    pub writes: Vec<Write>,
+    /// The revision of the full snapshot taken at start.
+    pub full_revision: u64,
+    /// The revision of the last write.
+    pub last_revision: u64,
+    /// The test's directory (everything lives under it).
+    pub dir: tempfile::TempDir,
+    /// The S3 server of an S3 bucket (its data lives only in memory).
+    pub moto: Option<Moto>,
+}
+
+/// A backup etcdbrctl wrote: Debian's etcd 3.4 started, [`Workload::seed`] written, etcdbrctl
+/// started (`snapshot`, or `server` in its own namespace when `with_final`) with deltas every
+/// second and compression `compress`; once its full snapshot(s) at start are saved
+/// ([`Snapshotter::wait_settled`]) [`Workload::round_1`], wait for a delta holding it,
+/// [`Workload::round_2`], wait again; with `with_final` a `.final` full snapshot; then SIGTERM
+/// (it must exit 0 and leave nothing it did not log as saved). The listing is printed.
+pub async fn etcdbrctl_bucket(
+    etcdbrctl: &Path,
+    provider: Provider,
+    compress: bool,
+    with_final: bool,
+) -> Bucket {
+    let began = Instant::now();
+    let dir = tempfile::Builder::new()
+        .prefix("backup-compat-")
+        .tempdir()
+        .unwrap();
+    let path = dir.path();
+    let (store, moto) = match provider {
+        Provider::Local => (
+            Store::local(&path.join("home"), "backups", STORE_PREFIX),
+            None,
+        ),
+        Provider::S3 => {
+            let moto = Moto::start(&path.join("moto"));
+            moto.create_bucket("backups");
+            let store = Store::s3(&moto, &path.join("home"), "backups", STORE_PREFIX);
+            (store, Some(moto))
+        }
+    };
+    let source = Etcd::start(path, "source").await;
+    let mut workload = Workload::new(&source);
+    workload.seed().await;
+    let options = SnapshotOptions {
+        delta_snapshot_period: Duration::from_secs(1),
+        compress,
+    };
+    let mut snapshotter = if with_final {
+        Snapshotter::start_server(etcdbrctl, path, &store, &source.spec, &options)
+    } else {
+        Snapshotter::start(etcdbrctl, path, &store, &source.spec, &options)
+    };
+    let full = snapshotter.wait_settled().await;
+    let full_after = snapshotter.started.elapsed();
+    let full_revision = workload.revision();
+    for object in full.fulls() {
+        assert_eq!(
+            object.parsed.last_revision(),
+            full_revision,
+            "the full snapshot(s) at start hold the seed: {:?}",
+            full.names()
+        );
+    }
+    workload.round_1().await;
+    snapshotter.wait_through(workload.revision()).await;
+    workload.round_2().await;
+    let through = snapshotter.wait_through(workload.revision()).await;
+    let final_full = match with_final {
+        true => Some(snapshotter.take_final_full().await),
+        false => None,
+    };
+    let status = snapshotter.stop();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "etcdbrctl exits 0 on SIGTERM: {status:?}; log:\n{}",
+        snapshotter.log()
+    );
+    let listing = store.objects().await;
+    assert_eq!(
+        listing.0.len(),
+        through.0.len() + usize::from(final_full.is_some()),
+        "nothing unfinished or unlogged is left in the store: {:?} vs {:?}",
+        listing.names(),
+        through.names()
+    );
+    println!(
+        "etcdbrctl {} into {} {}{}: full snapshot {full_after:?} after start, all in {:?} \
+         (exit {status:?}); objects:",
+        if with_final { "server" } else { "snapshot" },
+        provider.as_str(),
+        if compress { "gzip" } else { "plain" },
+        if with_final {
+            " with a final full snapshot"
+        } else {
+            ""
+        },
+        began.elapsed()
+    );
+    for object in &listing.0 {
+        println!("  {} ({} bytes)", object.name, object.size);
+    }
+    Bucket {
+        store,
+        listing,
+        model: workload.model.clone(),
+        last_revision: workload.revision(),
+        writes: workload.writes.clone(),
+        full_revision,
+        dir,
+        moto,
+    }
+}
+
+/// Every key of `data_dir` -> its value, read from an etcd from `bin_dir` started on it (on
+/// fresh loopback ports; the restored member's name and peer URL do not matter to a single
+/// member). The etcd is stopped before returning; its log is beside the data directory.
+pub async fn read_all(bin_dir: &Path, data_dir: &Path) -> BTreeMap<String, String> {
+    let dir = data_dir.parent().expect("a data directory has a parent");
+    let name = format!("read-{}", data_dir.file_name().unwrap().to_string_lossy());
+    let etcd = Etcd::start_from_bin(bin_dir, dir, EtcdSpec::reserve(&name), data_dir).await;
+    let kvs = etcd.client().get_prefix(b"").await.expect("read every key");
+    println!(
+        "  etcd from {} started on {} in {:?}: revision {}, {} keys",
+        bin_dir.display(),
+        data_dir.display(),
+        etcd.startup,
+        etcd.client().revision().await.unwrap(),
+        kvs.len()
+    );
+    kvs.into_iter()
+        .map(|kv| {
+            (
+                String::from_utf8(kv.key).expect("UTF-8 keys"),
+                String::from_utf8(kv.value).expect("UTF-8 values"),
+            )
+        })
+        .collect()
+}
+
+/// Checks what etcdbrctl wrote against the workload: full snapshot(s) at the seed's revision
+/// (`server` takes two at start, possibly with one name), then deltas that follow each other without a gap up to the last write and whose events are
+/// exactly the workload's writes after the full snapshot, among them overwrites and deletes.
+async fn check_deltas(bucket: &Bucket, compressed: bool) {
+    let fulls: Vec<_> = bucket
+        .listing
+        .fulls()
+        .into_iter()
+        .filter(|f| !f.parsed.is_final())
+        .collect();
+    assert!(
+        !fulls.is_empty()
+            && fulls
+                .iter()
+                .all(|f| f.parsed.last_revision() == bucket.full_revision),
+        "full snapshots only of the seed: {:?}",
+        bucket.listing.names()
+    );
+    let deltas = bucket.listing.deltas();
+    assert!(
+        deltas.len() >= 2,
+        "two deltas at least: {:?}",
+        bucket.listing.names()
+    );
+    let mut next = bucket.full_revision + 1;
+    let mut events = Vec::new();
+    for delta in &deltas {
+        assert_eq!(
+            delta.parsed.compression().is_some(),
+            compressed,
+            "{}",
+            delta.name
+        );
+        assert_eq!(
+            delta.parsed.start_revision(),
+            next,
+            "no gap before {}",
+            delta.name
+        );
+        next = delta.parsed.last_revision() + 1;
+        let bytes = bucket.store.read(&delta.name).await;
+        let decoded = etcdbrctl::decode_delta(&delta.parsed, &bytes);
+        assert_eq!(
+            decoded.first().map(|e| e.mod_revision),
+            Some(delta.parsed.start_revision())
+        );
+        assert_eq!(
+            decoded.last().map(|e| e.mod_revision),
+            Some(delta.parsed.last_revision())
+        );
+        events.extend(decoded);
+    }
+    assert_eq!(
+        next,
+        bucket.last_revision + 1,
+        "the deltas reach the last write"
+    );
+    let overwrites = events.iter().filter(|e| !e.delete && e.version > 1).count();
+    let deletes = events.iter().filter(|e| e.delete).count();
+    assert!(
+        overwrites > 0 && deletes > 0,
+        "{overwrites} overwrites, {deletes} deletes"
+    );
+    let mut in_deltas: Vec<Write> = events
+        .iter()
+        .map(|e| Write {
+            revision: e.mod_revision,
+            key: e.key_str(),
+            value: (!e.delete).then(|| String::from_utf8(e.value.clone()).unwrap()),
+        })
+        .collect();
+    let mut expected: Vec<Write> = bucket
+        .writes
+        .iter()
+        .filter(|w| w.revision > bucket.full_revision)
+        .cloned()
+        .collect();
+    in_deltas.sort();
+    expected.sort();
+    assert_eq!(
+        in_deltas, expected,
+        "the deltas hold exactly the writes after the full one"
+    );
+    println!(
+        "  {} deltas, {} events ({overwrites} overwrites, {deletes} deletes), revisions {}..={}",
+        deltas.len(),
+        events.len(),
+        bucket.full_revision + 1,
+        bucket.last_revision
+    );
+}
+
+/// Copies directory `from` to `to` (files and directories only).
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// Debian's etcd 3.4 on a copy of `data_dir`: when etcdbrctl's restore replayed deltas (through
+/// its embedded etcd 3.5, which marks the data directory cluster version 3.5) it must refuse
+/// it ("cluster cannot be downgraded"); a restore of a full snapshot alone is not marked, and
+/// 3.4 must then read back `model` too.
+async fn check_etcd34(data_dir: &Path, replayed_deltas: bool, model: &BTreeMap<String, String>) {
+    let copy = PathBuf::from(format!("{}-for-3.4", data_dir.display()));
+    copy_dir(data_dir, &copy);
+    let dir = data_dir.parent().unwrap();
+    let began = Instant::now();
+    let started =
+        Etcd::try_start_from_bin(&default_bin_dir(), dir, EtcdSpec::reserve("etcd34"), &copy).await;
+    match (started, replayed_deltas) {
+        (Err(e), true) => {
+            assert!(
+                e.log.contains("cluster cannot be downgraded"),
+                "etcd 3.4 failed differently: {e}"
+            );
+            println!(
+                "  etcd 3.4 refuses it in {:?}: {}",
+                began.elapsed(),
+                e.log
+                    .lines()
+                    .find(|l| l.contains("cannot be downgraded"))
+                    .unwrap_or_default()
+                    .trim()
+            );
+        }
+        (Ok(etcd), true) => panic!(
+            "Debian's etcd started on a data directory whose deltas etcdbrctl replayed (log: \
+             {}); is it newer than 3.4?",
+            etcd.log()
+        ),
+        (Err(e), false) => panic!("etcd 3.4 refuses a restore of a full snapshot alone: {e}"),
+        (Ok(mut etcd), false) => {
+            let read = etcd.client().get_prefix(b"").await.expect("read every key");
+            etcd.stop();
+            let read: BTreeMap<String, String> = read
+                .into_iter()
+                .map(|kv| {
+                    let text = |b: Vec<u8>| String::from_utf8(b).expect("UTF-8");
+                    (text(kv.key), text(kv.value))
+                })
+                .collect();
+            assert_eq!(
+                &read, model,
+                "etcd 3.4 on the restore of a full snapshot alone"
+            );
+            println!(
+                "  etcd 3.4 starts on it (no delta was replayed, so it is not marked 3.5) and \
+                 reads the same {} keys",
+                read.len()
+            );
+        }
+    }
+}
+
+/// Restores `bucket` with etcdbrctl into `<dir>/<name>.etcd`, checks whether it replayed
+/// deltas (`replays_deltas`), what etcd 3.4 makes of it ([`check_etcd34`]) and that etcd 3.5
+/// reads back exactly the model.
+async fn restore_and_compare(
+    etcdbrctl: &Path,
+    etcd35: &Path,
+    bucket: &Bucket,
+    name: &str,
+    replays_deltas: bool,
+) {
+    let restored = etcdbrctl::restore(etcdbrctl, bucket.dir.path(), &bucket.store, name)
+        .unwrap_or_else(|ran| panic!("etcdbrctl restore failed ({}):\n{}", ran.status, ran.log));
+    let replayed = restored.ran.log.contains("Applying first delta snapshot");
+    println!(
+        "  etcdbrctl restore in {:?}{}",
+        restored.ran.took,
+        if replayed {
+            ", deltas replayed"
+        } else {
+            ", full snapshot only"
+        }
+    );
+    assert_eq!(
+        replayed, replays_deltas,
+        "restore log:\n{}",
+        restored.ran.log
+    );
+    check_etcd34(&restored.data_dir, replayed, &bucket.model).await;
+    let read = read_all(etcd35, &restored.data_dir).await;
+    for (key, value) in &bucket.model {
+        assert_eq!(read.get(key), Some(value), "{key} after the restore");
+    }
+    for key in read.keys() {
+        assert!(
+            bucket.model.contains_key(key),
+            "{key} is restored but was deleted"
+        );
+    }
+    assert_eq!(read, bucket.model);
+}
+
+/// Without its first delta the bucket has a gap: etcdbrctl's restore must fail, saying so.
+fn check_gap_fails(etcdbrctl: &Path, bucket: &Bucket) {
+    let first = bucket.listing.deltas()[0];
+    std::fs::remove_file(bucket.store.local_v2_dir().join(&first.name)).unwrap();
+    let ran = etcdbrctl::restore(etcdbrctl, bucket.dir.path(), &bucket.store, "with-gap")
+        .map(|r| r.ran)
+        .expect_err("a restore over a gap in the deltas fails");
+    let line = ran
+        .log
+        .lines()
+        .find(|l| l.contains("mismatched event revision while applying delta snapshot"))
+        .unwrap_or_else(|| panic!("restore with a gap failed differently:\n{}", ran.log));
+    println!(
+        "  without {}, restore fails ({}): {}",
+        first.name,
+        ran.status,
+        line.trim()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn etcdbrctl_restores_what_it_wrote() {
+    let (Some(etcdbrctl), Some(etcd35)) = (require_etcdbrctl(), require_etcd35_bin_dir()) else {
+        return;
+    };
+    let began = Instant::now();
+    for (provider, compress) in [
+        (Provider::Local, false),
+        (Provider::Local, true),
+        (Provider::S3, true),
+    ] {
+        let cell = Instant::now();
+        let bucket = etcdbrctl_bucket(&etcdbrctl, provider, compress, false).await;
+        check_deltas(&bucket, compress).await;
+        restore_and_compare(&etcdbrctl, &etcd35, &bucket, "restored", true).await;
+        if provider == Provider::Local && !compress {
+            check_gap_fails(&etcdbrctl, &bucket);
+        }
+        println!(
+            "  {} {}: {} keys match, cell in {:?}\n",
+            provider.as_str(),
+            if compress { "gzip" } else { "plain" },
+            bucket.model.len(),
+            cell.elapsed()
+        );
+    }
+    println!("etcdbrctl_restores_what_it_wrote: {:?}", began.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn etcdbrctl_final_full_snapshot_restores_alone_and_copies() {
+    let (Some(etcdbrctl), Some(etcd35)) = (require_etcdbrctl(), require_etcd35_bin_dir()) else {
+        return;
+    };
+    let began = Instant::now();
+    for provider in [Provider::Local, Provider::S3] {
+        let cell = Instant::now();
+        let bucket = etcdbrctl_bucket(&etcdbrctl, provider, true, true).await;
+        check_deltas(&bucket, true).await;
+        let last = bucket.listing.0.last().expect("objects");
+        assert!(
+            last.parsed.is_final(),
+            "the newest object is the final full snapshot: {last:?}"
+        );
+        assert_eq!(last.parsed.last_revision(), bucket.last_revision);
+        restore_and_compare(&etcdbrctl, &etcd35, &bucket, "restored", false).await;
+
+        if provider == Provider::Local {
+            // The final full snapshot alone, as Gardener copies a backup to a new bucket.
+            let to = Store::local(&bucket.store.home, "copied", STORE_PREFIX);
+            let options = CopyOptions {
+                wait_for_final_snapshot: true,
+                max_backups_to_copy: Some(1),
+            };
+            let ran = etcdbrctl::copy(&etcdbrctl, bucket.dir.path(), &bucket.store, &to, &options)
+                .unwrap_or_else(|ran| {
+                    panic!("etcdbrctl copy failed ({}):\n{}", ran.status, ran.log)
+                });
+            let copied = to.objects().await;
+            let stripped = last.name.strip_suffix(".final").expect("a .final name");
+            assert_eq!(
+                copied.names(),
+                [stripped],
+                "only the final full snapshot, as not final"
+            );
+            assert_eq!(
+                bucket.store.read(&last.name).await,
+                to.read(stripped).await,
+                "copied byte for byte"
+            );
+            println!("  etcdbrctl copy in {:?}: {:?}", ran.took, copied.names());
+            let restored = etcdbrctl::restore(&etcdbrctl, bucket.dir.path(), &to, "from-copy")
+                .unwrap_or_else(|ran| panic!("restore of the copy failed:\n{}", ran.log));
+            assert_eq!(read_all(&etcd35, &restored.data_dir).await, bucket.model);
+        }
+        println!(
+            "  {} gzip with a final full snapshot: {} keys match, cell in {:?}\n",
+            provider.as_str(),
+            bucket.model.len(),
+            cell.elapsed()
+        );
+    }
+    println!(
+        "etcdbrctl_final_full_snapshot_restores_alone_and_copies: {:?}",
+        began.elapsed()
+    );
+}
