@@ -724,6 +724,7 @@ async fn serve(
     let full_retry = full_interval.min(Duration::from_millis(delta_period_ms.clamp(1_000, 5_000)));
     let mut next_full = tokio::time::Instant::now();
     let mut next_delta = tokio::time::Instant::now() + delta_period;
+    let mut last_cut_failed = false;
     let mut health = tokio::time::interval(Duration::from_millis((runtime.lease_ms / 4).max(50)));
     health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let margin_ms = runtime.self_fence_margin_ms();
@@ -758,16 +759,22 @@ async fn serve(
                 if let Some(why) = backups.on_message(message) {
                     tracing::warn!("{why}: a full snapshot now, so that no revision is left out");
                     next_full = tokio::time::Instant::now();
-                } else if backups.over_memory_limit() {
+                } else if backups.over_memory_limit() && !last_cut_failed {
                     next_delta = tokio::time::Instant::now();
                 }
             }
             _ = tokio::time::sleep_until(next_delta), if delta_period_ms > 0 && backups.watching() => {
+                last_cut_failed = false;
                 match backups.cut(deadline, false).await {
                     Ok(Stored::Taken(taken)) => tracing::debug!("delta snapshot {} ({} bytes)", taken.location, taken.stored_size_bytes),
                     Ok(Stored::Lost(lost)) => break Ending::Lost(lost),
                     Ok(Stored::Nothing) => {}
-                    Err(e) => tracing::warn!("delta snapshot failed: {e}; its events go into the next one"),
+                    Err(e) => {
+                        // Its events go into the next one; no retry before the next period,
+                        // however many events come meanwhile.
+                        tracing::warn!("delta snapshot failed: {e}; its events go into the next one");
+                        last_cut_failed = true;
+                    }
                 }
                 next_delta = tokio::time::Instant::now() + delta_period;
                 publish(runtime, target, &backups);

@@ -17,7 +17,9 @@
 //!   and nothing is written; without a working watch, a final full snapshot.
 //!
 //! Limits: events waiting for a delta are bounded by the memory limit (a delta is cut as soon
-//! as they reach it); the final wait by the caller's `wait_ms`.
+//! as they reach it; when deltas cannot be stored and they reach twice the limit, they are
+//! dropped with the watch and a full snapshot follows); the final wait by the caller's
+//! `wait_ms`.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -198,7 +200,18 @@ impl Backups {
                     self.delivered = self.delivered.max(revision as u64);
                     self.pending.push(e);
                 }
-                return None;
+                if self.pending_bytes > 2 * self.runtime.settings.delta_snapshot_memory_limit_bytes
+                {
+                    // Deltas cannot be stored (the store fails) and events keep coming: memory
+                    // is bounded by dropping them; the full snapshot that must follow holds
+                    // them, and the watch after it starts over.
+                    format!(
+                        "{} bytes of events wait for a delta snapshot, twice the memory limit (is the object store failing?): dropped",
+                        self.pending_bytes
+                    )
+                } else {
+                    return None;
+                }
             }
             Ok(WatchMessage::Compacted { compact_revision }) => format!(
                 "the watch fell behind a compaction (history from revision {compact_revision} on only)"
