@@ -219,7 +219,7 @@ systemd-analyze security --offline=yes --threshold=30 "$unit_dir/ringd.service" 
 banner "cargo build --workspace --bins (the integration tests start these binaries)"
 cargo build --workspace --bins
 
-# The fuzz targets (ring/tests/fuzz.rs) run on their corpus, then on generated input for this
+# The fuzz targets (ring/tests/fuzz/main.rs) run on their corpus, then on generated input for this
 # many seconds each; `GARDEN_RING_FUZZ_SECS=600 ./scripts/test.sh` fuzzes longer.
 export GARDEN_RING_FUZZ_SECS="${GARDEN_RING_FUZZ_SECS:-20}"
 banner "cargo nextest run --workspace --no-fail-fast${NEXTEST_PROFILE:+ (profile $NEXTEST_PROFILE)}, fuzzing ${GARDEN_RING_FUZZ_SECS} s per target"

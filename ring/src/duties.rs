@@ -19,7 +19,8 @@
 //!    pings its peers. A peer refuses a retired id with "member-removed", which stops `ringd`
 //!    (a removed learner would otherwise never find out: nobody sends it anything any more).
 //!
-//! The decisions themselves are small pure functions tested below.
+//! The decisions themselves are pure functions of the core ([`crate::core::health::judge`],
+//! [`crate::core::controller::decide`]), tested there.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -31,7 +32,8 @@ use tokio::sync::watch;
 use tracing::Instrument as _;
 
 use crate::config::Timing;
-use crate::core::{Command, Health, MemberSpec, Proposal, Role};
+use crate::core::health::judge;
+use crate::core::{Command, MemberSpec, Proposal, Role};
 use crate::leases::LeaseDesk;
 use crate::membership::MembershipChanger;
 use crate::raft::network::PeerNetwork;
@@ -324,29 +326,6 @@ fn caught_up(metrics: &RaftMetricsOf, id: NodeId) -> bool {
         .is_some_and(|l| l.index >= committed)
 }
 
-/// A member's health from the time since it last acknowledged the leader (`None`: never, in
-/// this leader's term) and the time since the leader was elected. Only an acknowledgement makes
-/// a member healthy; silence, counted from the election when there was no acknowledgement at all
-/// (DESIGN.md rule 2), makes it suspect and then lost. `None` means "too early to say".
-pub fn judge(last_ack_ms: Option<u64>, since_election_ms: u64, timing: &Timing) -> Option<Health> {
-    let by_silence = |ms: u64| {
-        if ms >= timing.member_lost_ms {
-            Health::Lost
-        } else if ms >= timing.member_suspect_ms {
-            Health::Suspect
-        } else {
-            Health::Healthy
-        }
-    };
-    match last_ack_ms {
-        Some(ms) => Some(by_silence(ms)),
-        None if since_election_ms >= timing.member_suspect_ms => {
-            Some(by_silence(since_election_ms))
-        }
-        None => None,
-    }
-}
-
 /// Runs the duties until `stopped` turns true.
 pub async fn run(mut duties: Duties, mut stopped: watch::Receiver<bool>) {
     let mut interval = tokio::time::interval(duties.tick_interval());
@@ -364,33 +343,5 @@ pub async fn run(mut duties: Duties, mut stopped: watch::Receiver<bool>) {
             }
             _ = async { let _ = stopped.wait_for(|s| *s).await; } => return,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn health_thresholds() {
-        let t = Timing::loopback();
-        let (suspect, lost) = (t.member_suspect_ms, t.member_lost_ms);
-        assert_eq!(judge(Some(0), 0, &t), Some(Health::Healthy));
-        assert_eq!(
-            judge(Some(suspect - 1), lost * 9, &t),
-            Some(Health::Healthy)
-        );
-        assert_eq!(judge(Some(suspect), 0, &t), Some(Health::Suspect));
-        assert_eq!(judge(Some(lost - 1), 0, &t), Some(Health::Suspect));
-        assert_eq!(judge(Some(lost), 0, &t), Some(Health::Lost));
-    }
-
-    #[test]
-    fn silence_since_election_never_makes_a_member_healthy() {
-        let t = Timing::loopback();
-        assert_eq!(judge(None, 0, &t), None, "too early to judge");
-        assert_eq!(judge(None, t.member_suspect_ms - 1, &t), None);
-        assert_eq!(judge(None, t.member_suspect_ms, &t), Some(Health::Suspect));
-        assert_eq!(judge(None, t.member_lost_ms, &t), Some(Health::Lost));
     }
 }

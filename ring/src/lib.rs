@@ -10,13 +10,14 @@
 //!
 //! | module | what | I/O? |
 //! | --- | --- | --- |
-//! | [`core`] | replicated state, commands, validation, placement | none: deterministic |
+//! | [`core`] | the crate `garden-ring-core` (`ring/core`): replicated state, commands, validation, placement, the controller's and agents' decisions, timings, the DNS records wanted | none: deterministic, data-only dependencies |
 //! | [`raft`] | openraft glue: type config, redb storage, peer network and service | disk, network |
 //! | [`tls`] | mutual TLS: identities, certificates, hot reload | files, network |
 //! | [`secret`] | secrets from files or the environment, never printed | files |
+//! | [`durable`] | fsync of directories, so new and renamed files survive a crash | files |
 //! | [`admin`] | the Admin gRPC service and its client | network |
 //! | [`config`] | `ringd`'s TOML configuration | reads one file |
-//! | [`dns`] | the records the ring wants; RFC 2136 UPDATE messages | none: pure |
+//! | [`dns`] | the builtin DNS server, RFC 2136 UPDATE messages and their sender, the keeper | network |
 //! | [`logging`] | `ringd`'s log lines, text or JSON, with member, control plane and epoch | stderr |
 //! | [`membership`] | serialized, idempotent Raft configuration changes | raft |
 //! | [`duties`] | what the leader does on its own: registry, membership, health, the controller's decisions | raft |
@@ -26,9 +27,7 @@
 //! | [`node`] | assembles one member: storage, Raft, servers, background loops | all of the above |
 //! | [`recovery`] | disaster recovery of the ring itself: `ringd recover`, snapshot files and restore | files |
 //! | [`demo`] | `ringctl demo`: a local ring of child `ringd` processes | processes |
-//! | [`fuzz`] | entry points for the fuzz tests (`tests/fuzz.rs`) | none: pure |
-//! | [`sim`] | the deterministic simulation of leases, fencing and failover | none: simulated |
-//!
+//! //! //!
 //! See `ARCHITECTURE.md` at the repository root for the map.
 #![deny(missing_docs)]
 
@@ -39,11 +38,11 @@ pub mod backup;
 pub mod cli;
 pub mod client_config;
 pub mod config;
-pub mod core;
+pub use garden_ring_core as core;
 pub mod demo;
 pub mod dns;
+pub mod durable;
 pub mod duties;
-pub mod fuzz;
 pub mod introspection;
 pub mod leases;
 pub mod logging;
@@ -53,7 +52,6 @@ pub mod node;
 pub mod raft;
 pub mod recovery;
 pub mod secret;
-pub mod sim;
 pub mod time;
 pub mod tls;
 

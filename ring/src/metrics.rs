@@ -31,8 +31,9 @@ use tokio::sync::watch;
 use crate::agent::OwnLease;
 use crate::agent::backup_status::BackupStatuses;
 use crate::agent::etcd::SnapshotTimes;
-use crate::core::state::{MoveKind, Phase, RingState};
 use crate::core::{Command, Proposal};
+use crate::core::{MoveKind, Phase, RingState};
+use crate::raft::state_machine::ApplyObserver;
 use crate::raft::{RaftNode, StateMachineStore};
 use crate::time::{monotonic_ms, unix_ms};
 
@@ -138,9 +139,9 @@ impl Default for Counters {
     }
 }
 
-impl Counters {
+impl ApplyObserver for Counters {
     /// Records `proposal`, just applied successfully, with `state` as it is afterwards.
-    pub fn applied(&self, state: &RingState, proposal: &Proposal) {
+    fn applied(&self, state: &RingState, proposal: &Proposal) {
         match &proposal.command {
             Command::MoveControlPlane { kind, .. } => {
                 if let Some(i) = MOVE_KINDS.iter().position(|k| k == kind) {

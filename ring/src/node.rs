@@ -233,9 +233,11 @@ impl Member {
 
         let log_store = LogStore::new(db.clone(), &config.data_dir)
             .map_err(|e| StartError::Raft(format!("cannot start the log store: {e}")))?;
+        let counters = Arc::new(crate::metrics::Counters::default());
         let state = StateMachineStore::open(db)
             .await
-            .map_err(|e| StartError::Raft(format!("cannot load the state machine: {e}")))?;
+            .map_err(|e| StartError::Raft(format!("cannot load the state machine: {e}")))?
+            .with_observer(counters.clone());
         let pool = Arc::new(PeerPool::new(security.clone()));
         // Requests carry this member's ring generation from before the first one is sent.
         pool.set_generation(state.read(|a| a.state.generation()));
@@ -450,7 +452,7 @@ impl Member {
                     raft: raft.clone(),
                     state: state.clone(),
                     own: agent.own_lease(),
-                    counters: state.counters(),
+                    counters,
                     dns_propagation: keeper.propagation(),
                     snapshots: snapshot_times,
                     backups: backup_statuses,

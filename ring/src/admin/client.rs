@@ -9,8 +9,7 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Response, Status};
 
-use super::service::MAX_ADMIN_MESSAGE_BYTES;
-use super::{ACTOR_HEADER, RETRY_SAFE_HEADER};
+use super::{ACTOR_HEADER, MAX_ADMIN_MESSAGE_BYTES, RETRY_SAFE_HEADER, is_connection_failure};
 use crate::pb::admin_client::AdminClient as Grpc;
 use crate::tls::Security;
 use crate::tls::client::{Expect, connect};
@@ -217,21 +216,6 @@ fn address(endpoint: &str) -> &str {
         .strip_prefix("https://")
         .or_else(|| endpoint.strip_prefix("http://"))
         .unwrap_or(endpoint)
-}
-
-/// True for failures where the request never reached a working server (used by the client to
-/// move to the next endpoint, and by a member forwarding to a leader that just died).
-pub(crate) fn is_connection_failure(status: &Status) -> bool {
-    let message = status.message().to_ascii_lowercase();
-    status.code() == Code::Unavailable
-        && [
-            "transport error",
-            "connection",
-            "tcp connect",
-            "tls handshake",
-        ]
-        .iter()
-        .any(|m| message.contains(m))
 }
 
 fn describe_transport(e: &tonic::transport::Error) -> String {

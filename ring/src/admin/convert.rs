@@ -88,10 +88,12 @@ pub fn event(e: &Event) -> pb::Event {
     }
 }
 
-/// The gRPC status for a refused command.
+/// The gRPC status for a refused command: the code from the kind of refusal, the refusal's
+/// kind in the [`REFUSAL_HEADER`](super::REFUSAL_HEADER) metadata (clients branch on it, never
+/// on the message).
 pub fn command_error(e: &CommandError) -> Status {
     let message = e.to_string();
-    match e {
+    let mut status = match e {
         CommandError::Invalid { .. } => Status::invalid_argument(message),
         CommandError::DuplicateMemberId(_)
         | CommandError::RetiredMemberId(_)
@@ -102,8 +104,16 @@ pub fn command_error(e: &CommandError) -> Status {
             Status::not_found(message)
         }
         CommandError::Limit(_) => Status::resource_exhausted(message),
-        CommandError::Refused(_) => Status::failed_precondition(message),
-    }
+        e => {
+            debug_assert!(e.is_precondition());
+            Status::failed_precondition(message)
+        }
+    };
+    status.metadata_mut().insert(
+        super::REFUSAL_HEADER,
+        tonic::metadata::MetadataValue::from_static(e.kind()),
+    );
+    status
 }
 
 /// An empty string as `None`.

@@ -18,15 +18,13 @@ use prost::Message;
 use tonic::{Request, Response, Status};
 
 use super::auth::{Access, Caller, Forwarded, caller};
-use super::client::is_connection_failure;
 use super::convert::{command_error, control_plane, event, member, non_empty};
-use super::retry_safe;
+use super::{MAX_ADMIN_MESSAGE_BYTES, is_connection_failure, retry_safe};
 use crate::config::Timing;
-use crate::core::controller::{Policy, plan_moves};
+use crate::core::controller::Policy;
 use crate::core::limits::MAX_PROPOSAL_BYTES;
-use crate::core::{
-    Command, ControlPlaneSpec, Health, Member, MemberSpec, MoveKind, Proposal, Role,
-};
+use crate::core::operator::{self, OperatorError, OperatorMove, PlannedMove};
+use crate::core::{Command, ControlPlaneSpec, Health, Member, MemberSpec, Proposal, Role};
 use crate::dns::keeper::DnsStatus;
 use crate::membership::MembershipChanger;
 use crate::pb;
@@ -39,8 +37,6 @@ use crate::raft::{MemberNode, NodeId, RaftNode, StateMachineStore};
 use crate::tls::TlsStore;
 use crate::tls::server::SeenCertificates;
 
-/// Largest Admin API message accepted, in bytes.
-pub const MAX_ADMIN_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
 /// How long a write may take to commit before the client is told the outcome is unknown.
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default time a new learner is given to catch up in `MemberAdd`.
@@ -189,16 +185,12 @@ impl AdminService {
         request: &Request<Req>,
         caller: &Caller,
         method: &'static str,
+        timeout: Duration,
     ) -> Result<Option<Response<Resp>>, Status>
     where
         Req: Message,
         Resp: Message + Default,
     {
-        let timeout = if method == "MemberAdd" {
-            MAX_CATCH_UP + COMMIT_TIMEOUT * 2
-        } else {
-            COMMIT_TIMEOUT * 3
-        };
         let role = caller.role.map(|r| r.as_str()).unwrap_or("");
         let mut attempts = 0;
         while let Some((leader_id, node)) = self.route(request).await? {
@@ -481,11 +473,23 @@ fn raft_error(action: &str, e: impl std::fmt::Display) -> Status {
 /// [`AdminService::forward`]).
 macro_rules! to_leader {
     ($self:ident, $request:ident, $caller:ident, $method:literal) => {
-        if let Some(response) = $self.forward(&$request, &$caller, $method).await? {
+        to_leader!($self, $request, $caller, $method, FORWARD_TIMEOUT)
+    };
+    ($self:ident, $request:ident, $caller:ident, $method:literal, $timeout:expr) => {
+        if let Some(response) = $self
+            .forward(&$request, &$caller, $method, $timeout)
+            .await?
+        {
             return Ok(response);
         }
     };
 }
+
+/// How long a forwarded write may take on the leader: a few commits.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(COMMIT_TIMEOUT.as_secs() * 3);
+/// How long a forwarded `MemberAdd` may take: the new learner's catch-up, then its commits.
+const MEMBER_ADD_FORWARD_TIMEOUT: Duration =
+    Duration::from_secs(MAX_CATCH_UP.as_secs() + COMMIT_TIMEOUT.as_secs() * 2);
 
 /// How often a write is re-forwarded after the leader turned out unreachable.
 const MAX_FORWARD_ATTEMPTS: u32 = 3;
@@ -644,7 +648,13 @@ impl Admin for AdminService {
         request: Request<pb::MemberAddRequest>,
     ) -> Result<Response<pb::MemberAddResponse>, Status> {
         let caller = caller(&request, Access::Write)?;
-        to_leader!(self, request, caller, "MemberAdd");
+        to_leader!(
+            self,
+            request,
+            caller,
+            "MemberAdd",
+            MEMBER_ADD_FORWARD_TIMEOUT
+        );
         let actor = caller.actor;
         let req = request.into_inner();
         let spec = MemberSpec {
@@ -946,7 +956,10 @@ impl Admin for AdminService {
         // Only the leader checks the servers: ask it. Without a leader, say what this member
         // would publish, and that nobody checked.
         let mut local_problem = None;
-        match self.forward(&request, &caller, "DnsList").await {
+        match self
+            .forward(&request, &caller, "DnsList", FORWARD_TIMEOUT)
+            .await
+        {
             Ok(Some(response)) => return Ok(response),
             Ok(None) => {}
             Err(status) => local_problem = Some(status.message().to_string()),
@@ -1051,77 +1064,13 @@ impl Admin for AdminService {
             to_leader!(self, request, caller, "Move");
         }
         let req = request.into_inner();
-        let (kind, names, drained) = match req.kind.as_str() {
-            "drain" => {
-                let target = self.find_member(&req.member)?;
-                let names = self.read(|a| a.state.hosted_by(&target.name));
-                (MoveKind::Drain, names, Some(target))
-            }
-            "switchover" | "failover" => {
-                let name = req.control_plane.clone();
-                let host = self
-                    .read(|a| a.state.control_planes.get(&name).map(|cp| cp.host.clone()))
-                    .ok_or_else(|| Status::not_found(format!("unknown control plane {name:?}")))?;
-                if req.kind == "switchover" {
-                    let healthy = host.as_deref().is_some_and(|h| {
-                        self.read(|a| {
-                            a.state
-                                .member_by_name(h)
-                                .is_some_and(|m| m.health == Health::Healthy)
-                        })
-                    });
-                    if !healthy {
-                        return Err(Status::failed_precondition(format!(
-                            "the host of {name} ({}) is not healthy: a switchover needs it to hand over; use failover",
-                            host.as_deref().unwrap_or("none")
-                        )));
-                    }
-                }
-                let kind = if req.kind == "switchover" {
-                    MoveKind::Switchover
-                } else {
-                    MoveKind::Forced
-                };
-                (kind, vec![name], None)
-            }
-            other => {
-                return Err(Status::invalid_argument(format!(
-                    "move kind {other:?} must be drain, switchover or failover"
-                )));
-            }
-        };
+        let operator_move = operator_move(&req)?;
         let to = non_empty(req.to.clone());
         let now = crate::time::unix_ms();
-        let (plan, hosts) = self.read(|a| {
-            let hosts: BTreeMap<String, String> = names
-                .iter()
-                .filter_map(|n| {
-                    a.state
-                        .control_planes
-                        .get(n)
-                        .map(|cp| (n.clone(), cp.host.clone().unwrap_or_default()))
-                })
-                .collect();
-            (
-                plan_moves(&a.state, &names, to.as_deref(), kind, &self.policy, now),
-                hosts,
-            )
-        });
-        let plan = plan.map_err(Status::failed_precondition)?;
-        let moves: Vec<pb::PlannedMove> = plan
-            .iter()
-            .filter_map(|c| match c {
-                Command::MoveControlPlane {
-                    name, to, epoch, ..
-                } => Some(pb::PlannedMove {
-                    control_plane: name.clone(),
-                    from: hosts.get(name).cloned().unwrap_or_default(),
-                    to: to.clone().unwrap_or_default(),
-                    epoch: *epoch,
-                }),
-                _ => None,
-            })
-            .collect();
+        let plan = self
+            .read(|a| operator::plan(&a.state, &operator_move, to.as_deref(), &self.policy, now))
+            .map_err(operator_error)?;
+        let moves: Vec<pb::PlannedMove> = plan.planned.iter().map(planned_move).collect();
         if req.dry_run {
             return Ok(Response::new(pb::MoveResponse {
                 moves,
@@ -1130,21 +1079,16 @@ impl Admin for AdminService {
             }));
         }
         let mut index = 0;
-        if let Some(member) = drained
-            && !member.cordoned
-        {
+        if let Some(cordon) = plan.cordon {
             index = self
                 .propose(
                     caller.actor.clone(),
                     format!("drain: {}", req.reason),
-                    Command::Cordon {
-                        id: member.id,
-                        cordoned: true,
-                    },
+                    cordon,
                 )
                 .await?;
         }
-        for command in plan {
+        for command in plan.moves {
             index = self
                 .propose(caller.actor.clone(), req.reason.clone(), command)
                 .await?;
@@ -1155,6 +1099,66 @@ impl Admin for AdminService {
             dry_run: false,
             index,
         }))
+    }
+}
+
+/// The operator's move a request asks for: `move_kind`, or the deprecated `kind` string when
+/// it is unset (clients from before `move_kind`).
+fn operator_move(req: &pb::MoveRequest) -> Result<OperatorMove, Status> {
+    #[allow(deprecated)]
+    let legacy = req.kind.as_str();
+    let kind = match pb::MoveKind::try_from(req.move_kind) {
+        Ok(pb::MoveKind::Unspecified) => match legacy {
+            "drain" => pb::MoveKind::Drain,
+            "switchover" => pb::MoveKind::Switchover,
+            "failover" => pb::MoveKind::Failover,
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "move kind {other:?} must be drain, switchover or failover"
+                )));
+            }
+        },
+        Ok(kind) => kind,
+        Err(_) => {
+            return Err(Status::invalid_argument(format!(
+                "move kind {} must be drain, switchover or failover",
+                req.move_kind
+            )));
+        }
+    };
+    Ok(match kind {
+        pb::MoveKind::Drain => OperatorMove::Drain {
+            member: req.member.clone(),
+        },
+        pb::MoveKind::Switchover => OperatorMove::Switchover {
+            control_plane: req.control_plane.clone(),
+        },
+        pb::MoveKind::Failover | pb::MoveKind::Unspecified => OperatorMove::Failover {
+            control_plane: req.control_plane.clone(),
+        },
+    })
+}
+
+/// The gRPC status for a move that cannot be planned.
+fn operator_error(e: OperatorError) -> Status {
+    let message = e.to_string();
+    match e {
+        OperatorError::NoMember => Status::invalid_argument(message),
+        OperatorError::UnknownMember(_) | OperatorError::UnknownControlPlane(_) => {
+            Status::not_found(message)
+        }
+        OperatorError::HostNotHealthy { .. } | OperatorError::Plan(_) => {
+            Status::failed_precondition(message)
+        }
+    }
+}
+
+fn planned_move(m: &PlannedMove) -> pb::PlannedMove {
+    pb::PlannedMove {
+        control_plane: m.control_plane.clone(),
+        from: m.from.clone(),
+        to: m.to.clone(),
+        epoch: m.epoch,
     }
 }
 

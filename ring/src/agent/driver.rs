@@ -19,213 +19,25 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::process::Command;
 use tracing::Instrument as _;
 
 use std::sync::Arc;
 
 use super::backup_status::BackupStatuses;
 use super::etcd::{EtcdInstance, EtcdRuntime, InstancePhase, SnapshotTimes};
+use super::workload::Guard;
+pub use super::workload::{DriverError, MigrationTarget, Target};
 use crate::config::{Config, DriverKind, DriverSettings};
-use crate::core::state::RingState;
 use crate::time::monotonic_ms;
 
 /// Most bytes of a hook's output kept for the log.
 pub const MAX_HOOK_OUTPUT_BYTES: usize = 4 * 1024;
 
-/// Why a driver action failed.
-#[derive(Debug, thiserror::Error)]
-pub enum DriverError {
-    /// A command could not be started.
-    #[error("cannot run {command}: {why}")]
-    Spawn {
-        /// The command.
-        command: String,
-        /// Why.
-        why: String,
-    },
-    /// An instance of the control plane at another epoch is still stopping.
-    #[error(
-        "control plane {name} at epoch {epoch} is still stopping here; starting again once it stopped"
-    )]
-    Busy {
-        /// The control plane.
-        name: String,
-        /// The epoch of the instance still stopping.
-        epoch: u64,
-    },
-    /// A hook failed or timed out.
-    #[error("hook {action} for {name} at epoch {epoch}: {why}")]
-    Hook {
-        /// `start` or `stop`.
-        action: &'static str,
-        /// The control plane.
-        name: String,
-        /// The epoch.
-        epoch: u64,
-        /// Why, with the captured output.
-        why: String,
-    },
-}
-
-/// What a driver needs to know about a control plane.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    /// The control plane.
-    pub name: String,
-    /// The epoch to run it at.
-    pub epoch: u64,
-    /// This member's endpoint for it.
-    pub endpoint: String,
-    /// Its DNS name.
-    pub dns_name: String,
-    /// Where this member writes its backups (URL).
-    pub backup: String,
-    /// The migration that brought it here at this epoch, if the ring recorded one.
-    pub migration: Option<MigrationTarget>,
-}
-
-impl Target {
-    /// What `member` needs to start control plane `name` at `epoch`, from its applied `state`;
-    /// `None` until that state has caught up with the grant: the control plane registered, at
-    /// exactly `epoch`, hosted on `member`.
-    ///
-    /// The grant comes from the leader and may be ahead of this member's applied state. Built
-    /// from an older state, the target would carry no migration (the record names another
-    /// epoch), and the etcd driver would take a moved control plane for a new one and start it
-    /// empty instead of restoring its data.
-    pub fn from_state(state: &RingState, member: &str, name: &str, epoch: u64) -> Option<Self> {
-        let cp = state.control_planes.get(name)?;
-        if cp.epoch != epoch || cp.host.as_deref() != Some(member) {
-            return None;
-        }
-        let migration = cp
-            .migration
-            .as_ref()
-            .filter(|m| m.epoch == epoch && m.to == member)
-            .map(|m| MigrationTarget {
-                from: m.from.clone(),
-                source: m.source.clone(),
-                started_unix_ms: m.started_unix_ms,
-            });
-        Some(Self {
-            name: name.to_string(),
-            epoch,
-            endpoint: cp.endpoints.get(member).cloned().unwrap_or_default(),
-            dns_name: cp.dns_name.clone(),
-            backup: cp.backup_for(member).to_string(),
-            migration,
-        })
-    }
-}
-
-/// What a driver needs to know about the migration of a control plane to this member.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MigrationTarget {
-    /// The member that served it before, if any.
-    pub from: Option<String>,
-    /// The backup location its data comes from (URL).
-    pub source: String,
-    /// When the move was committed, Unix ms.
-    pub started_unix_ms: u64,
-}
-
 struct Instance {
     target: Target,
     deadline_ms: u64,
     guard: Option<Guard>,
-}
-
-/// A `ring-guard` process running one workload.
-pub(crate) struct Guard {
-    child: Child,
-    stdin: Option<ChildStdin>,
-}
-
-impl Guard {
-    /// Starts `argv` under the guard at `guard_binary`, to be stopped at `deadline_ms`
-    /// (monotonic), with `env` set; the guard's reports go to the log.
-    pub(crate) async fn spawn(
-        guard_binary: &std::path::Path,
-        fence_ms: u64,
-        argv: &[String],
-        env: &[(&str, String)],
-        deadline_ms: u64,
-        name: &str,
-        epoch: u64,
-    ) -> Result<Self, DriverError> {
-        let mut cmd = Command::new(guard_binary);
-        cmd.arg("--fence-ms")
-            .arg(fence_ms.to_string())
-            .arg("--")
-            .args(argv)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (key, value) in env {
-            cmd.env(key, value);
-        }
-        let mut child = cmd.spawn().map_err(|e| DriverError::Spawn {
-            command: guard_binary.display().to_string(),
-            why: e.to_string(),
-        })?;
-        let stdin = child.stdin.take();
-        if let Some(out) = child.stdout.take() {
-            tokio::spawn(
-                async move {
-                    let mut lines = BufReader::new(out).lines();
-                    while let Ok(Some(line)) = lines.next_line().await {
-                        tracing::info!("guard: {line}");
-                    }
-                }
-                .instrument(crate::logging::control_plane_span(name, epoch)),
-            );
-        }
-        let mut guard = Self { child, stdin };
-        guard.set_deadline(deadline_ms).await;
-        Ok(guard)
-    }
-
-    /// Moves the deadline.
-    pub(crate) async fn set_deadline(&mut self, deadline_ms: u64) {
-        if let Some(stdin) = self.stdin.as_mut() {
-            let _ = stdin
-                .write_all(format!("deadline {deadline_ms}\n").as_bytes())
-                .await;
-        }
-    }
-
-    /// Stops the workload now and waits (at most `fence_ms` + 500 ms) for the guard, then
-    /// kills it.
-    pub(crate) async fn stop(&mut self, fence_ms: u64) -> bool {
-        if let Some(stdin) = self.stdin.as_mut() {
-            let _ = stdin.write_all(b"stop\n").await;
-        }
-        let wait = Duration::from_millis(fence_ms + 500);
-        if tokio::time::timeout(wait, self.child.wait()).await.is_err() {
-            let _ = self.child.kill().await;
-            return false;
-        }
-        true
-    }
-
-    /// Waits until the guard exits (the workload ended or was fenced).
-    pub(crate) async fn wait(&mut self) -> String {
-        match self.child.wait().await {
-            Ok(status) => status.to_string(),
-            Err(e) => e.to_string(),
-        }
-    }
-
-    /// How the guard exited, if it did.
-    pub(crate) fn exited(&mut self) -> Option<String> {
-        match self.child.try_wait() {
-            Ok(None) => None,
-            Ok(Some(status)) => Some(status.to_string()),
-            Err(e) => Some(e.to_string()),
-        }
-    }
 }
 
 /// The workloads of one member.
@@ -582,8 +394,9 @@ impl Workloads {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::MoveKind;
+    use crate::core::RingState;
     use crate::core::command::{Command, ControlPlaneSpec, MemberSpec, Proposal};
-    use crate::core::state::MoveKind;
 
     fn apply(state: &mut RingState, index: u64, command: Command) {
         let proposal = Proposal {

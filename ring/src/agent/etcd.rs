@@ -28,9 +28,9 @@
 //! `starting`), the bytes copied, the snapshot restored and the data-loss window (the
 //! snapshot's age when restored, zero for a final one) through the lease renewals.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -38,16 +38,16 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
-use super::driver::{Guard, Target};
 use super::etcd_backups::{Backups, Stored};
+pub use super::etcd_runtime::{EtcdRuntime, SnapshotTimes};
 use super::gate::Gate;
-use super::lease_runs_out;
+use super::lease::lease_runs_out;
+use super::workload::{Guard, Target};
 use crate::backup::copy::{CopyOptions, CopyProgress};
 use crate::backup::etcd::{EtcdClient, EtcdClientOptions};
 use crate::backup::location::BackupLocation;
 use crate::backup::migrate::{MigrateError, MigrationPlan, migrate};
 use crate::backup::restore::{RestoreError, RestoreOptions, RestoreTool, restore_newest};
-use crate::config::{BackupSettings, EtcdDriverSettings};
 use crate::core::migration::{MigrationReport, MigrationStep, note_text};
 use crate::time::{monotonic_ms, unix_ms};
 
@@ -55,78 +55,6 @@ use crate::time::{monotonic_ms, unix_ms};
 const MAX_PREPARE_BACKOFF_MS: u64 = 5_000;
 /// First wait after a failed attempt to prepare, in ms.
 const FIRST_PREPARE_BACKOFF_MS: u64 = 200;
-
-/// What every instance of one member shares: where the binaries and data are, how backups
-/// are reached, the guard, and the timings.
-#[derive(Debug, Clone)]
-pub struct EtcdRuntime {
-    /// This member's name.
-    pub member: String,
-    /// The directory with `etcd` and `etcdctl`/`etcdutl`.
-    pub bin_dir: PathBuf,
-    /// Where the data directories go.
-    pub data_root: PathBuf,
-    /// `[driver.etcd]`.
-    pub settings: EtcdDriverSettings,
-    /// `[backup]`.
-    pub backup: BackupSettings,
-    /// The `ring-guard` binary.
-    pub guard_binary: PathBuf,
-    /// How long a workload may take to stop after its deadline.
-    pub fence_ms: u64,
-    /// The lease length.
-    pub lease_ms: u64,
-    /// When each instance last took a snapshot (for `/metrics`).
-    pub snapshots: Arc<SnapshotTimes>,
-    /// Each instance's newest backup report (for the lease renewals and `/metrics`).
-    pub backups: Arc<super::backup_status::BackupStatuses>,
-}
-
-/// When the newest successful snapshot of each control plane this member hosts was taken:
-/// `garden_ring_snapshot_age_seconds`. An instance records each snapshot it stores (periodic
-/// and final) and forgets its control plane when it ends, so only control planes hosted here
-/// appear, one entry each, and only after their first snapshot.
-#[derive(Debug, Default)]
-pub struct SnapshotTimes(Mutex<BTreeMap<String, (u64, u64)>>);
-
-impl SnapshotTimes {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, (u64, u64)>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Records a snapshot of `name` at `epoch` taken at `unix_ms`.
-    pub fn taken(&self, name: &str, epoch: u64, unix_ms: u64) {
-        self.lock().insert(name.to_string(), (epoch, unix_ms));
-    }
-
-    /// Forgets `name`, unless an instance of another epoch recorded it since.
-    pub fn forget(&self, name: &str, epoch: u64) {
-        let mut times = self.lock();
-        if times.get(name).is_some_and(|(e, _)| *e == epoch) {
-            times.remove(name);
-        }
-    }
-
-    /// Per control plane, the time since its newest snapshot at `now_unix_ms`, in ms.
-    pub fn ages_ms(&self, now_unix_ms: u64) -> Vec<(String, u64)> {
-        self.lock()
-            .iter()
-            .map(|(name, (_, at))| (name.clone(), now_unix_ms.saturating_sub(*at)))
-            .collect()
-    }
-}
-
-impl EtcdRuntime {
-    /// How long before an unrenewed lease runs out the instance stops itself, so its final
-    /// snapshot is taken while etcd still runs: a quarter of the lease (at least 50 ms).
-    pub fn self_fence_margin_ms(&self) -> u64 {
-        (self.lease_ms / 4).max(50)
-    }
-
-    fn epoch_dir(&self, name: &str, epoch: u64) -> PathBuf {
-        self.data_root.join(name).join(format!("epoch-{epoch}"))
-    }
-}
 
 /// Where an instance is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -560,7 +488,8 @@ async fn prepare_once(
         ))
     })?;
     if let Some(parent) = dir.parent() {
-        sync_dir(parent).map_err(|e| fatal(&e))?;
+        crate::durable::sync_dir(parent)
+            .map_err(|e| fatal(&format!("cannot sync {}: {e}", parent.display())))?;
     }
     Ok(())
 }
@@ -581,12 +510,6 @@ fn remove_dir_if_there(dir: &Path) -> Result<(), String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(format!("cannot remove {}: {e}", dir.display())),
     }
-}
-
-fn sync_dir(dir: &Path) -> Result<(), String> {
-    std::fs::File::open(dir)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| format!("cannot sync {}: {e}", dir.display()))
 }
 
 /// A free TCP port on loopback (the OS picks it; etcd binds it a moment later).

@@ -26,9 +26,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
-use super::driver::Target;
-use super::etcd::EtcdRuntime;
-use super::lease_ran_out;
+use super::etcd_runtime::EtcdRuntime;
+use super::lease::lease_ran_out;
+use super::workload::Target;
 use crate::backup::delta::DeltaEvent;
 use crate::backup::etcd::{EtcdClient, EtcdError, WatchMessage, WatchStream};
 use crate::backup::location::BackupLocation;

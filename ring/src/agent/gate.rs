@@ -27,7 +27,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
-use super::{lease_ran_out, lease_runs_out};
+use super::lease::{lease_ran_out, lease_runs_out};
 
 /// Most connections relayed at once.
 pub const MAX_CONNECTIONS: usize = 1024;

@@ -29,6 +29,9 @@ use sha2::{Digest, Sha256};
 
 use crate::core::backup_name::Compression;
 
+/// gzip level (flate2's default, 6: etcd databases compress well already at this level).
+pub const GZIP_LEVEL: u32 = 6;
+
 /// Length of the sha256 trailer, in bytes.
 pub const SHA256_LEN: usize = 32;
 

@@ -110,7 +110,7 @@ pub fn encode(events: &[DeltaEvent], compression: Option<Compression>) -> std::i
             use std::io::Write;
             let mut e = flate2::write::GzEncoder::new(
                 Vec::with_capacity(plain.len() / 4),
-                flate2::Compression::new(super::snapshot::GZIP_LEVEL),
+                flate2::Compression::new(super::checksum::GZIP_LEVEL),
             );
             e.write_all(&plain)?;
             e.finish()
@@ -119,7 +119,7 @@ pub fn encode(events: &[DeltaEvent], compression: Option<Compression>) -> std::i
             use std::io::Write;
             let mut e = flate2::write::ZlibEncoder::new(
                 Vec::with_capacity(plain.len() / 4),
-                flate2::Compression::new(super::snapshot::GZIP_LEVEL),
+                flate2::Compression::new(super::checksum::GZIP_LEVEL),
             );
             e.write_all(&plain)?;
             e.finish()

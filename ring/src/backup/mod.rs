@@ -35,6 +35,7 @@ pub mod marker;
 pub mod migrate;
 pub mod replay;
 pub mod restore;
+pub mod restore_error;
 pub mod snapshot;
 
 /// The object_store crate the backup API is written against, so users of [`location`] can

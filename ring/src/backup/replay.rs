@@ -30,7 +30,7 @@ use object_store::{ObjectStore, ObjectStoreExt};
 
 use super::delta::{decode, revision_groups};
 use super::etcd::{EtcdClient, EtcdClientOptions, EtcdError, MAX_TXN_OPS};
-use super::restore::{RestoreError, SkippedSnapshot};
+use super::restore_error::{RestoreError, SkippedSnapshot};
 use crate::core::backup_name::SnapshotPath;
 
 /// The largest request the temporary etcd accepts, in bytes: one replayed revision (etcd's

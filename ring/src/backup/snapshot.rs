@@ -42,8 +42,6 @@ use crate::core::backup_name::{
 pub const PART_SIZE_BYTES: usize = 8 * 1024 * 1024;
 /// Most parts uploading at once.
 pub const MAX_PARTS_IN_FLIGHT: usize = 4;
-/// gzip level (flate2's default, 6: etcd databases compress well already at this level).
-pub const GZIP_LEVEL: u32 = 6;
 
 /// Where the snapshot's revision came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,8 +242,12 @@ pub async fn stage_full_snapshot(
         .await
         .map_err(store_error(&location, "start uploading"))?;
     let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE_BYTES);
-    let mut encoder = compress
-        .then(|| flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(GZIP_LEVEL)));
+    let mut encoder = compress.then(|| {
+        flate2::write::GzEncoder::new(
+            Vec::new(),
+            flate2::Compression::new(super::checksum::GZIP_LEVEL),
+        )
+    });
     let mut hasher = SnapshotHasher::with_max_bytes(MAX_SNAPSHOT_BYTES);
     let mut stored_size_bytes = 0u64;
 

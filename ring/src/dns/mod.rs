@@ -2,7 +2,8 @@
 //! moves (DESIGN.md rule 3).
 //!
 //! Pure parts (no sockets, no clocks; the simulation and unit tests drive them):
-//! - [`records`]: the records the ring wants, a function of the applied state.
+//! - [`records`]: the records the ring wants, a function of the applied state (it lives in the
+//!   core, `garden_ring_core::dns_records`).
 //! - [`zone`]: the zone a member serves with the `builtin` provider, and its answer to a query.
 //! - [`update`]: RFC 2136 UPDATE messages: one atomic replace per changed name, in batches.
 //!
@@ -30,12 +31,13 @@
 
 pub mod keeper;
 pub mod query;
-pub mod records;
 pub mod rfc2136;
 pub mod server;
 pub mod tsig_key;
 pub mod update;
 pub mod zone;
+
+pub use crate::core::dns_records as records;
 
 /// The publisher for `settings`' provider: `None` for providers nobody pushes to.
 pub fn publisher(

@@ -37,7 +37,7 @@
 //! Names are written in lower case, as fully qualified names.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 use hickory_proto::op::{Message, MessageType, OpCode, Query, UpdateMessage};
 use hickory_proto::rr::rdata::{A, AAAA, CNAME};
@@ -50,18 +50,7 @@ use crate::core::names::{check_dns_name, check_name_in_zone, check_ttl};
 /// The record types an update replaces at a name, in the order their sets are deleted.
 pub const MANAGED_TYPES: [RecordType; 3] = [RecordType::A, RecordType::AAAA, RecordType::CNAME];
 
-/// What a name should point to after the update.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RecordValue {
-    /// One IPv4 address.
-    A(Ipv4Addr),
-    /// One IPv6 address.
-    Aaaa(Ipv6Addr),
-    /// An alias for another DNS name.
-    Cname(String),
-    /// Nothing: the managed records at the name are deleted.
-    Delete,
-}
+pub use crate::core::dns_records::RecordValue;
 
 /// One change in a batch: the records at `name` become `value`.
 #[derive(Debug, Clone, PartialEq, Eq)]

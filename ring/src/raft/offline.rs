@@ -413,10 +413,11 @@ impl OfflineDb {
                     .map_err(|e| io("keep the old write-ahead file", backup_wal, e))?;
             }
             // The backup name is durable before the rename takes the old file's name away.
-            crate::recovery::sync_dir(&path).map_err(|e| io("sync the directory", &path, e))?;
+            crate::durable::sync_parent_dir(&path)
+                .map_err(|e| io("sync the directory", &path, e))?;
             std::fs::rename(&fresh, &path)
                 .map_err(|e| io("put the new data in place", &path, e))?;
-            crate::recovery::sync_dir(&path).map_err(|e| io("sync the directory", &path, e))
+            crate::durable::sync_parent_dir(&path).map_err(|e| io("sync the directory", &path, e))
         })();
         if result.is_err() {
             let _ = std::fs::remove_file(&fresh);

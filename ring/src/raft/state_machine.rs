@@ -19,7 +19,15 @@ use super::storage::{KEY_SNAPSHOT_DATA, KEY_SNAPSHOT_META, META, blocking, io as
 use super::types::{
     ApplyResult, Entry, LogId, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
 };
-use crate::core::RingState;
+use crate::core::{Proposal, RingState};
+
+/// Told about every command the state machine applied successfully, with the state as it is
+/// afterwards (the metrics' counters implement it, so `raft` does not depend on `metrics`).
+/// Called under the state's write lock: keep it to a few atomic updates.
+pub trait ApplyObserver: Send + Sync {
+    /// `proposal` was just applied; `state` is the state after it.
+    fn applied(&self, state: &RingState, proposal: &Proposal);
+}
 
 /// Format version of [`SnapshotBody`].
 pub const SNAPSHOT_FORMAT: u32 = 1;
@@ -76,7 +84,7 @@ pub struct StateMachineStore {
     /// it to a peer reads it again.
     json_len: Arc<Mutex<usize>>,
     applied_index: watch::Sender<u64>,
-    counters: Arc<crate::metrics::Counters>,
+    observer: Option<Arc<dyn ApplyObserver>>,
 }
 
 impl StateMachineStore {
@@ -93,19 +101,21 @@ impl StateMachineStore {
             applied: Arc::new(RwLock::new(applied)),
             json_len: Arc::new(Mutex::new(0)),
             applied_index,
-            counters: Arc::default(),
+            observer: None,
         })
+    }
+
+    /// Tells `observer` about every command applied from now on. Set it before Raft starts,
+    /// so that it also sees the log re-applied at start-up.
+    pub fn with_observer(mut self, observer: Arc<dyn ApplyObserver>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// Runs `f` on the applied state. Keep `f` short: it holds a read lock.
     pub fn read<T>(&self, f: impl FnOnce(&Applied) -> T) -> T {
         let guard = self.applied.read().unwrap_or_else(|e| e.into_inner());
         f(&guard)
-    }
-
-    /// The counters fed with every applied command (for `/metrics`).
-    pub fn counters(&self) -> Arc<crate::metrics::Counters> {
-        self.counters.clone()
     }
 
     /// A receiver that sees the applied index advance.
@@ -362,7 +372,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 let result = apply_entry(&mut applied, &entry);
                 if let EntryPayload::Normal(proposal) = &entry.payload {
                     match &result {
-                        Ok(()) => self.counters.applied(&applied.state, proposal),
+                        Ok(()) => {
+                            if let Some(observer) = &self.observer {
+                                observer.applied(&applied.state, proposal);
+                            }
+                        }
                         Err(e) => {
                             tracing::debug!(index, %proposal, error = %e, "command refused")
                         }

@@ -451,7 +451,7 @@ fn create(dir: &Path, id: u64) -> io::Result<()> {
         }
         file.sync_all()?;
         std::fs::rename(&tmp, &path)?;
-        crate::recovery::sync_dir(&path)
+        crate::durable::sync_parent_dir(&path)
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);

@@ -321,7 +321,7 @@ pub fn write(path: &Path, header: &FileHeader, body: &[u8]) -> Result<(), FileEr
     })();
     let _ = std::fs::remove_file(&tmp);
     result?;
-    super::sync_dir(path).map_err(write_err(path))
+    crate::durable::sync_parent_dir(path).map_err(write_err(path))
 }
 
 #[cfg(test)]

@@ -73,6 +73,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::{Config, Timing};
 use crate::core::{Command, Member, MemberSpec, Phase, Proposal, RingState, Role};
+use crate::durable::sync_parent_dir;
 use crate::raft::offline::{OfflineDb, StartingPoint, create_file};
 use crate::raft::state_machine::Applied;
 use crate::raft::storage::{DB_FILE, OpenError};
@@ -92,8 +93,8 @@ pub enum RecoverError {
     #[error(transparent)]
     File(#[from] FileError),
     /// The state does not allow this recovery (e.g. the member is not in it).
-    #[error("{0}")]
-    Refused(String),
+    #[error(transparent)]
+    Refused(#[from] crate::core::CommandError),
     /// A file operation failed.
     #[error("cannot {what} {path}: {source}")]
     Io {
@@ -220,7 +221,7 @@ fn starting_point(
     applied
         .state
         .recover(index, &proposal)
-        .map_err(|e| RecoverError::Refused(e.to_string()))?;
+        .map_err(RecoverError::Refused)?;
     let id = log_id(term, survivor.id, index);
     let membership = openraft::Membership::new(
         vec![BTreeSet::from([survivor.id])],
@@ -403,24 +404,15 @@ pub fn apply_restore(plan: &Plan) -> Result<(), RecoverError> {
         std::fs::create_dir_all(&staging).map_err(io_err("create", &staging))?;
         let file = staging.join(DB_FILE);
         create_file(&file, plan.survivor.id, &plan.start)?;
-        sync_dir(&file).map_err(io_err("sync the directory of", &file))?;
+        sync_parent_dir(&file).map_err(io_err("sync the directory of", &file))?;
         // An empty target directory is replaced; a missing one created.
         std::fs::rename(&staging, target).map_err(io_err("move the restored data to", target))?;
-        sync_dir(target).map_err(io_err("sync the directory of", target))
+        sync_parent_dir(target).map_err(io_err("sync the directory of", target))
     })();
     if result.is_err() {
         let _ = std::fs::remove_dir_all(&staging);
     }
     result
-}
-
-/// fsyncs the directory holding `path`.
-pub(crate) fn sync_dir(path: &Path) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    std::fs::File::open(dir)?.sync_all()
 }
 
 /// `2026-12-01 02:53:35 UTC` for Unix milliseconds.

@@ -922,7 +922,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             dry_run,
             reason,
         }) => {
+            #[allow(deprecated)]
             let req = pb::MoveRequest {
+                move_kind: pb::MoveKind::Drain.into(),
+                // For servers that only read the deprecated string (one release).
                 kind: "drain".into(),
                 member,
                 dry_run,
@@ -932,8 +935,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let r = rpc!(client, r#move, req)?;
             print(out, &r, output::moves);
         }
-        Cmd::Switchover(args) => moves(&client, out, "switchover", args).await?,
-        Cmd::Failover(args) => moves(&client, out, "failover", args).await?,
+        Cmd::Switchover(args) => moves(&client, out, pb::MoveKind::Switchover, args).await?,
+        Cmd::Failover(args) => moves(&client, out, pb::MoveKind::Failover, args).await?,
         Cmd::Pause { reason } => {
             let r = rpc!(
                 client,
@@ -970,11 +973,18 @@ async fn run(cli: Cli) -> Result<(), Failure> {
 async fn moves(
     client: &AdminClient,
     out: Output,
-    kind: &str,
+    kind: pb::MoveKind,
     args: MoveArgs,
 ) -> Result<(), Failure> {
+    let legacy = match kind {
+        pb::MoveKind::Switchover => "switchover",
+        _ => "failover",
+    };
+    #[allow(deprecated)]
     let req = pb::MoveRequest {
-        kind: kind.into(),
+        move_kind: kind.into(),
+        // For servers that only read the deprecated string (one release).
+        kind: legacy.into(),
         control_plane: args.control_plane,
         to: args.to.unwrap_or_default(),
         dry_run: args.dry_run,

@@ -1,4 +1,5 @@
 use super::*;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 const ZONE: &str = "ring.example.com";
 

@@ -22,9 +22,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::backup_report::{self, BackupReport};
 use super::command::Command;
+use super::control_plane::{ControlPlane, MoveKind, Phase};
+use super::error::CommandError;
+use super::member::Health;
 use super::migration::MigrationReport;
-use super::placement::{self, Request};
-use super::state::{ControlPlane, Health, MoveKind, Phase, RingState};
+use super::placement::{self, NoEligibleHost, Request};
+use super::state::RingState;
 
 /// The leader's policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -306,7 +309,7 @@ fn decide_one(
             Some(
                 match placement::choose_host_planned(state, &request, policy.capacity, planned) {
                     Ok(to) => move_to(cp, Some(to), MoveKind::Failover, String::new(), reason),
-                    Err(why) => move_to(cp, None, MoveKind::Failover, why, reason),
+                    Err(why) => move_to(cp, None, MoveKind::Failover, why.to_string(), reason),
                 },
             )
         }
@@ -333,6 +336,30 @@ fn move_to(
     }
 }
 
+/// Why an operator's move cannot be planned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// No control plane with this name.
+    #[error("unknown control plane {0:?}")]
+    UnknownControlPlane(String),
+    /// Nobody can take it.
+    #[error("cannot move {control_plane}: {why}")]
+    NoHost {
+        /// The control plane.
+        control_plane: String,
+        /// Why nobody can.
+        why: NoEligibleHost,
+    },
+    /// The state refuses the move.
+    #[error("cannot move {control_plane}: {error}")]
+    Refused {
+        /// The control plane.
+        control_plane: String,
+        /// The state's refusal.
+        error: CommandError,
+    },
+}
+
 /// What an operator's move does: `names` to move, each to `to` or to the member placement
 /// chooses (never their current host). Planned on a copy of the state, one move after the
 /// other, so capacity and spreading see the earlier moves; the first control plane nobody can
@@ -344,18 +371,21 @@ pub fn plan_moves(
     kind: MoveKind,
     policy: &Policy,
     at_ms: u64,
-) -> Result<Vec<Command>, String> {
+) -> Result<Vec<Command>, PlanError> {
     let mut scratch = state.clone();
     let mut plan = Vec::new();
     for name in names {
         let cp = scratch
             .control_planes
             .get(name)
-            .ok_or_else(|| format!("unknown control plane {name:?}"))?;
+            .ok_or_else(|| PlanError::UnknownControlPlane(name.clone()))?;
         let target = match to {
             Some(t) => t.to_string(),
             None => placement::choose_host(&scratch, &Request::moving(cp), policy.capacity)
-                .map_err(|why| format!("cannot move {name}: {why}"))?,
+                .map_err(|why| PlanError::NoHost {
+                    control_plane: name.clone(),
+                    why,
+                })?,
         };
         let command = Command::MoveControlPlane {
             name: name.clone(),
@@ -373,7 +403,10 @@ pub fn plan_moves(
         let index = scratch.history.iter().next_back().map_or(0, |e| e.index) + 1;
         scratch
             .apply(index, &proposal)
-            .map_err(|e| format!("cannot move {name}: {e}"))?;
+            .map_err(|error| PlanError::Refused {
+                control_plane: name.clone(),
+                error,
+            })?;
         plan.push(command);
     }
     Ok(plan)

@@ -8,231 +8,20 @@
 //! never registered again).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
-use super::vec_map::VecMap;
 use serde::{Deserialize, Serialize};
 
 use super::NodeId;
 use super::backup_report::BackupReport;
-use super::command::{Command, ControlPlaneSpec, MemberSpec, Proposal};
-use super::error::CommandError;
+use super::command::{Command, ControlPlaneSpec, Proposal};
+use super::control_plane::{ControlPlane, MoveKind, Phase};
+use super::error::{CommandError, ReportKind, Unfitness};
 use super::history::{Event, History};
 use super::limits::{MAX_CONTROL_PLANES, MAX_MEMBERS};
+use super::member::{Health, Member, MemberSpec, Role};
 use super::migration::{Migration, MigrationReport, MigrationStep};
 use super::names::check_name_in_zone;
-use super::placement;
-
-/// A member's place in the Raft configuration, mirrored from committed membership entries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Role {
-    /// Registered, not yet in the Raft configuration.
-    Joining,
-    /// Receives the log, does not vote.
-    Learner,
-    /// Votes and counts toward the quorum.
-    Voter,
-}
-
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Role::Joining => "joining",
-            Role::Learner => "learner",
-            Role::Voter => "voter",
-        })
-    }
-}
-
-/// The leader's view of a member, as last committed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Health {
-    /// Not judged yet (no leader has reported on it).
-    Unknown,
-    /// The leader has recent contact.
-    Healthy,
-    /// Contact is late.
-    Suspect,
-    /// No contact for longer than the loss threshold.
-    Lost,
-}
-
-impl fmt::Display for Health {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Health::Unknown => "unknown",
-            Health::Healthy => "healthy",
-            Health::Suspect => "suspect",
-            Health::Lost => "lost",
-        })
-    }
-}
-
-/// Where a control plane is in its life. Only in `Starting` and `Running` may its host serve it
-/// (hold a lease on it); see [`RingState::grants`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Phase {
-    /// No host: no member was eligible (the reason is recorded).
-    #[serde(alias = "Pending")]
-    Unplaced,
-    /// Assigned to its new host, which must not start it yet: a former host may still hold a
-    /// lease on it (see [`ControlPlane::fencing`]).
-    Fencing,
-    /// Its host may start it; it has not reported serving yet.
-    Starting,
-    /// Its host reported serving it at the current epoch.
-    Running,
-}
-
-impl fmt::Display for Phase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Phase::Unplaced => "unplaced",
-            Phase::Fencing => "fencing",
-            Phase::Starting => "starting",
-            Phase::Running => "running",
-        })
-    }
-}
-
-/// Why a control plane moved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MoveKind {
-    /// Placed for the first time, or again after it was unplaced.
-    Placement,
-    /// Its host was lost (automatic).
-    Failover,
-    /// Planned by the operator: the old host stops first.
-    Switchover,
-    /// Planned: its host is being drained.
-    Drain,
-    /// Forced by the operator (`ringctl failover`).
-    Forced,
-}
-
-impl fmt::Display for MoveKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            MoveKind::Placement => "placement",
-            MoveKind::Failover => "failover",
-            MoveKind::Switchover => "switchover",
-            MoveKind::Drain => "drain",
-            MoveKind::Forced => "forced failover",
-        })
-    }
-}
-
-/// A registered member.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Member {
-    /// Raft node id.
-    pub id: NodeId,
-    /// Unique name.
-    pub name: String,
-    /// Failure zone.
-    pub zone: String,
-    /// Peer (Raft) address.
-    pub address: String,
-    /// Admin API address.
-    pub admin_address: String,
-    /// Place in the Raft configuration.
-    pub role: Role,
-    /// Whether the operator asked for it to be a voter.
-    pub wants_voter: bool,
-    /// Health as last committed by the leader.
-    pub health: Health,
-    /// Whether a leader has ever heard from it (it has been healthy at least once). A member
-    /// that comes back with an empty data directory while this is set has lost its data.
-    pub contacted: bool,
-    /// Cordoned by the operator: it gets no new control planes (it keeps the ones it has).
-    #[serde(default)]
-    pub cordoned: bool,
-    /// Labels the operator gave it (placement preferences can name them).
-    #[serde(default)]
-    pub labels: BTreeMap<String, String>,
-}
-
-impl Member {
-    /// What the member was registered with.
-    pub fn spec(&self) -> MemberSpec {
-        MemberSpec {
-            id: self.id,
-            name: self.name.clone(),
-            zone: self.zone.clone(),
-            address: self.address.clone(),
-            admin_address: self.admin_address.clone(),
-        }
-    }
-}
-
-/// A registered control plane.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ControlPlane {
-    /// Unique name.
-    pub name: String,
-    /// Member it belongs to and must never be hosted on.
-    pub home: Option<String>,
-    /// DNS name clients use.
-    pub dns_name: String,
-    /// Member name -> endpoint when hosted there.
-    pub endpoints: VecMap<String, String>,
-    /// Backup location URL.
-    pub backup: String,
-    /// Member hosting it.
-    pub host: Option<String>,
-    /// Fencing token; bumped on every change of host.
-    pub epoch: u64,
-    /// Life-cycle phase.
-    pub phase: Phase,
-    /// Former hosts that may still hold a lease on it. The current host may start it only once
-    /// this is empty: each former host released it (reported it stopped after the move), its
-    /// lease ran out on the leader's clock, or it was judged lost.
-    #[serde(default)]
-    pub fencing: BTreeSet<String>,
-    /// Why it is unplaced (empty otherwise).
-    #[serde(default)]
-    pub unplaced_reason: String,
-    /// When it last moved (the proposal's time, Unix ms; 0 if never): automatic moves keep a
-    /// minimum interval (anti-flapping).
-    #[serde(default)]
-    pub moved_at_ms: u64,
-    /// Members preferred as hosts, most preferred first.
-    #[serde(default)]
-    pub prefer: Vec<String>,
-    /// Member name -> backup location when hosted there; others use `backup`.
-    #[serde(default)]
-    pub backups: BTreeMap<String, String>,
-    /// The migration of its data to its current host, from the last move that gave it a host.
-    #[serde(default)]
-    pub migration: Option<Migration>,
-    /// Labels the operator gave it (`ringctl cp label`); nothing in the ring acts on them.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub labels: BTreeMap<String, String>,
-    /// The host's last committed report on its backups at the current epoch (only while
-    /// `running`; cleared by every move). Named apart from `backup`, the location URL.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backup_status: Option<BackupReport>,
-}
-
-impl ControlPlane {
-    /// Once no former host fences it any more, the host may start it: phase `starting`, and its
-    /// migration moves to `handover`.
-    fn end_fencing_if_done(&mut self) {
-        if self.fencing.is_empty() && self.phase == Phase::Fencing {
-            self.phase = Phase::Starting;
-            let epoch = self.epoch;
-            if let Some(m) = self.migration.as_mut().filter(|m| m.epoch == epoch) {
-                m.step = MigrationStep::Handover;
-            }
-        }
-    }
-
-    /// Where `member` writes this control plane's backups when it hosts it.
-    pub fn backup_for(&self, member: &str) -> &str {
-        self.backups.get(member).unwrap_or(&self.backup)
-    }
-}
+use super::placement::{self, Roster};
 
 /// Ring-wide settings.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -423,7 +212,7 @@ impl RingState {
     /// The control planes the leader's controller may act on: those not `running` (unplaced,
     /// fencing, starting) and, unless the ring is paused, those on a member judged lost; in
     /// name order. Every other control plane runs on a member not lost, and nothing is decided
-    /// for it (see [`crate::core::controller::decide`]).
+    /// for it (see [`crate::controller::decide`]).
     pub fn may_change(&self) -> Vec<&ControlPlane> {
         let mut names: BTreeSet<&String> = self.index.unsettled.iter().collect();
         if !self.settings.paused {
@@ -466,11 +255,7 @@ impl RingState {
     /// [`RingState::recover`]).
     pub fn apply(&mut self, index: u64, proposal: &Proposal) -> Result<(), CommandError> {
         if matches!(proposal.command, Command::Recover { .. }) {
-            return Err(CommandError::Refused(
-                "a ring recovery is never committed through Raft; only `ringd recover` and \
-                 `ringctl snapshot restore` apply it, offline"
-                    .into(),
-            ));
+            return Err(CommandError::RecoveryThroughRaft);
         }
         self.apply_any(index, proposal)
     }
@@ -490,7 +275,7 @@ impl RingState {
 
     /// Applies a [`Command::Recover`] at `index` (one past the last entry the state reflects):
     /// the ring restarts with the survivor as its only member. Used offline by `ringd recover`
-    /// and `ringctl snapshot restore` (see `crate::recovery`); like [`RingState::apply`] it
+    /// and `ringctl snapshot restore` (see `garden_ring::recovery`); like [`RingState::apply`] it
     /// validates first, changes nothing when it refuses, records a history event and checks the
     /// invariants.
     ///
@@ -499,17 +284,16 @@ impl RingState {
     ///   (`unplaced`), and the removed host joins its `fencing` set unless it was judged lost
     ///   already: nobody knows when that host last renewed its lease, so the control plane is
     ///   placed again only once the recovered ring's leader has watched the set for
-    ///   `lease + fence + margin` (see [`crate::core::controller`]);
+    ///   `lease + fence + margin` (see [`crate::controller`]);
     /// - the other members are removed and their ids retired, exactly as `RemoveMember` does;
     /// - the survivor keeps its control planes (same host, same epoch), takes the addresses
     ///   given, and becomes the only voter;
     /// - the ring's generation goes up by one ([`RingState::generation`]).
     pub fn recover(&mut self, index: u64, proposal: &Proposal) -> Result<(), CommandError> {
         if !matches!(proposal.command, Command::Recover { .. }) {
-            return Err(CommandError::Refused(format!(
-                "{} is not a ring recovery",
-                proposal.command.action()
-            )));
+            return Err(CommandError::NotARecovery {
+                action: proposal.command.action().to_string(),
+            });
         }
         self.apply_any(index, proposal)
     }
@@ -660,10 +444,7 @@ impl RingState {
             return if same {
                 Ok(None)
             } else {
-                Err(CommandError::Refused(
-                    "the ring is already bootstrapped with other members or another DNS zone"
-                        .into(),
-                ))
+                Err(CommandError::AlreadyBootstrapped)
             };
         }
         let mut seen_ids = BTreeSet::new();
@@ -696,9 +477,7 @@ impl RingState {
         // The founders are registered first. A member added before them could share a name or
         // an address with one, and Bootstrap only checks its own list.
         if !self.bootstrapped {
-            return Err(CommandError::Refused(
-                "the ring has not registered its founding members yet; retry".into(),
-            ));
+            return Err(CommandError::NotBootstrapped);
         }
         if self.retired_ids.contains(&spec.id) {
             return Err(CommandError::RetiredMemberId(spec.id));
@@ -720,21 +499,22 @@ impl RingState {
             .values()
             .find(|cp| cp.fencing.contains(&spec.name))
         {
-            return Err(CommandError::Refused(format!(
-                "control plane {} still waits for a former member named {} to release it (its lease may not have run out yet); \
-                 add {} once no control plane lists it as fencing (`ringctl cp list`), within lease + fence + margin",
-                cp.name, spec.name, spec.name
-            )));
+            return Err(CommandError::NameStillFencing {
+                control_plane: cp.name.clone(),
+                name: spec.name.clone(),
+            });
         }
         if let Some(other) = self
             .members
             .values()
             .find(|m| m.address == spec.address || m.admin_address == spec.admin_address)
         {
-            return Err(CommandError::Refused(format!(
-                "member {} ({}) already uses address {} / {}",
-                other.name, other.id, other.address, other.admin_address
-            )));
+            return Err(CommandError::DuplicateAddress {
+                name: other.name.clone(),
+                id: other.id,
+                address: other.address.clone(),
+                admin_address: other.admin_address.clone(),
+            });
         }
         if self.members.len() >= MAX_MEMBERS {
             return Err(CommandError::Limit(format!(
@@ -752,10 +532,10 @@ impl RingState {
     fn promote_member(&mut self, id: NodeId) -> Result<String, CommandError> {
         let member = self.member_mut(id)?;
         if member.role == Role::Joining {
-            return Err(CommandError::Refused(format!(
-                "member {} ({id}) has not joined as a learner yet; it can be promoted once it has",
-                member.name
-            )));
+            return Err(CommandError::NotJoinedYet {
+                name: member.name.clone(),
+                id,
+            });
         }
         member.wants_voter = true;
         Ok("to become a voter".into())
@@ -768,11 +548,11 @@ impl RingState {
             .ok_or_else(|| CommandError::UnknownMember(id.to_string()))?;
         let hosted = self.hosted_by(&member.name);
         if !hosted.is_empty() {
-            return Err(CommandError::Refused(format!(
-                "member {} ({id}) hosts control planes {}; move them first",
-                member.name,
-                hosted.join(", ")
-            )));
+            return Err(CommandError::HostsControlPlanes {
+                name: member.name.clone(),
+                id,
+                control_planes: hosted.iter().map(|cp| cp.to_string()).collect(),
+            });
         }
         let voters = self
             .members
@@ -780,10 +560,10 @@ impl RingState {
             .filter(|m| m.role == Role::Voter || m.wants_voter)
             .count();
         if member.role == Role::Voter && voters <= 1 {
-            return Err(CommandError::Refused(format!(
-                "member {} ({id}) is the last voter; a ring cannot remove its last voter",
-                member.name
-            )));
+            return Err(CommandError::LastVoter {
+                name: member.name.clone(),
+                id,
+            });
         }
         let name = member.name.clone();
         self.members.remove(&id);
@@ -800,33 +580,29 @@ impl RingState {
         at_ms: u64,
     ) -> Result<String, CommandError> {
         if !self.bootstrapped {
-            return Err(CommandError::Refused(
-                "this ring never registered its founding members: there is nothing to recover; form a new ring instead"
-                    .into(),
-            ));
+            return Err(CommandError::NothingToRecover);
         }
         if self.retired_ids.contains(&survivor.id) {
-            return Err(CommandError::Refused(format!(
-                "member id {} was removed from this ring (retired): a ring cannot restart from a removed member",
-                survivor.id
-            )));
+            return Err(CommandError::RecoveryFromRetiredMember { id: survivor.id });
         }
         let current = self.members.get(&survivor.id).ok_or_else(|| {
-            CommandError::Refused(format!(
-                "member id {} is not a member of this ring (registered: {})",
-                survivor.id,
-                self.members
+            CommandError::RecoveryFromUnknownMember {
+                id: survivor.id,
+                registered: self
+                    .members
                     .values()
                     .map(|m| format!("{}({})", m.name, m.id))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
+                    .collect(),
+            }
         })?;
         if current.name != survivor.name || current.zone != survivor.zone {
-            return Err(CommandError::Refused(format!(
-                "member {} is registered as {} in zone {}, not {} in zone {}",
-                survivor.id, current.name, current.zone, survivor.name, survivor.zone
-            )));
+            return Err(CommandError::RecoveryIdentityMismatch {
+                id: survivor.id,
+                registered_name: current.name.clone(),
+                registered_zone: current.zone.clone(),
+                name: survivor.name.clone(),
+                zone: survivor.zone.clone(),
+            });
         }
         let others: BTreeSet<NodeId> = self
             .members
@@ -836,9 +612,10 @@ impl RingState {
             .collect();
         let named: BTreeSet<NodeId> = removed.iter().copied().collect();
         if named != others || named.len() != removed.len() {
-            return Err(CommandError::Refused(format!(
-                "a recovery removes exactly every other member ({others:?}), not {removed:?}"
-            )));
+            return Err(CommandError::RecoveryRemovesOthers {
+                others,
+                removed: removed.to_vec(),
+            });
         }
         let gone: BTreeMap<String, NodeId> = others
             .iter()
@@ -995,43 +772,47 @@ impl RingState {
             .get(name)
             .ok_or_else(|| CommandError::UnknownControlPlane(name.to_string()))?;
         if epoch != cp.epoch + 1 {
-            return Err(CommandError::Refused(format!(
-                "control plane {name} is at epoch {}; a move must name epoch {} (this one was decided on stale state)",
-                cp.epoch,
-                cp.epoch + 1
-            )));
+            return Err(CommandError::StaleMove {
+                control_plane: name.to_string(),
+                epoch: cp.epoch,
+            });
         }
         if let Some(to) = to {
             let member = self
                 .member_by_name(to)
                 .ok_or_else(|| CommandError::UnknownMember(to.to_string()))?;
             if cp.host.as_deref() == Some(to) {
-                return Err(CommandError::Refused(format!(
-                    "control plane {name} is already hosted on {to}"
-                )));
+                return Err(CommandError::AlreadyHosted {
+                    control_plane: name.to_string(),
+                    member: to.to_string(),
+                });
             }
             if cp.home.as_deref() == Some(to) {
-                return Err(CommandError::Refused(format!(
-                    "{to} is the home of control plane {name}; it is never hosted there"
-                )));
+                return Err(CommandError::MoveToHome {
+                    control_plane: name.to_string(),
+                    member: to.to_string(),
+                });
             }
             if !cp.endpoints.contains_key(to) {
-                return Err(CommandError::Refused(format!(
-                    "control plane {name} has no endpoint on {to}"
-                )));
+                return Err(CommandError::NoEndpoint {
+                    control_plane: name.to_string(),
+                    member: to.to_string(),
+                });
             }
             if member.role == Role::Joining {
-                return Err(CommandError::Refused(format!(
-                    "{to} is still joining the ring"
-                )));
+                return Err(CommandError::MoveToJoining {
+                    member: to.to_string(),
+                });
             }
             if member.cordoned {
-                return Err(CommandError::Refused(format!(
-                    "{to} is cordoned; uncordon it first"
-                )));
+                return Err(CommandError::MoveToCordoned {
+                    member: to.to_string(),
+                });
             }
             if member.health == Health::Lost {
-                return Err(CommandError::Refused(format!("{to} is lost")));
+                return Err(CommandError::MoveToLost {
+                    member: to.to_string(),
+                });
             }
         }
         // A former host judged lost has fenced itself. One that is no longer registered (removed,
@@ -1121,15 +902,17 @@ impl RingState {
     ) -> Result<String, CommandError> {
         let cp = self.control_plane_mut(name)?;
         if cp.epoch != epoch {
-            return Err(CommandError::Refused(format!(
-                "control plane {name} is at epoch {}, not {epoch}",
-                cp.epoch
-            )));
+            return Err(CommandError::WrongEpoch {
+                control_plane: name.to_string(),
+                epoch: cp.epoch,
+                given: epoch,
+            });
         }
         if !cp.fencing.remove(member) {
-            return Err(CommandError::Refused(format!(
-                "{member} is not fencing control plane {name}"
-            )));
+            return Err(CommandError::NotFencing {
+                member: member.to_string(),
+                control_plane: name.to_string(),
+            });
         }
         cp.end_fencing_if_done();
         Ok(format!(
@@ -1148,12 +931,7 @@ impl RingState {
     ) -> Result<String, CommandError> {
         let cp = self.control_plane_mut(name)?;
         if cp.epoch != epoch || cp.host.as_deref() != Some(member) || cp.phase != Phase::Starting {
-            return Err(CommandError::Refused(format!(
-                "control plane {name} is {} at epoch {} on {}; {member} cannot report serving epoch {epoch}",
-                cp.phase,
-                cp.epoch,
-                cp.host.as_deref().unwrap_or("no host")
-            )));
+            return Err(unexpected_report(cp, member, ReportKind::Serving, epoch));
         }
         cp.phase = Phase::Running;
         let mut detail = format!("serving on {member} at epoch {epoch}");
@@ -1182,21 +960,15 @@ impl RingState {
     ) -> Result<String, CommandError> {
         let cp = self.control_plane_mut(name)?;
         if cp.epoch != epoch || cp.host.as_deref() != Some(member) || cp.phase != Phase::Starting {
-            return Err(CommandError::Refused(format!(
-                "control plane {name} is {} at epoch {} on {}; {member} cannot report a migration at epoch {epoch}",
-                cp.phase,
-                cp.epoch,
-                cp.host.as_deref().unwrap_or("no host")
-            )));
+            return Err(unexpected_report(cp, member, ReportKind::Migration, epoch));
         }
         let migration = cp
             .migration
             .as_mut()
             .filter(|m| m.epoch == epoch)
-            .ok_or_else(|| {
-                CommandError::Refused(format!(
-                    "control plane {name} has no migration at epoch {epoch}"
-                ))
+            .ok_or_else(|| CommandError::NoMigration {
+                control_plane: name.to_string(),
+                epoch,
             })?;
         migration.apply(report, at_ms)
     }
@@ -1214,12 +986,7 @@ impl RingState {
     ) -> Result<Option<String>, CommandError> {
         let cp = self.control_plane_mut(name)?;
         if cp.epoch != epoch || cp.host.as_deref() != Some(member) || cp.phase != Phase::Running {
-            return Err(CommandError::Refused(format!(
-                "control plane {name} is {} at epoch {} on {}; {member} cannot report its backups at epoch {epoch}",
-                cp.phase,
-                cp.epoch,
-                cp.host.as_deref().unwrap_or("no host")
-            )));
+            return Err(unexpected_report(cp, member, ReportKind::Backups, epoch));
         }
         let recorded = cp
             .backup_status
@@ -1306,18 +1073,19 @@ impl RingState {
                 .member_by_name(host)
                 .ok_or_else(|| CommandError::UnknownMember(host.clone()))?;
             let unfit = if member.role == Role::Joining {
-                Some("is still joining the ring")
+                Some(Unfitness::Joining)
             } else if member.health == Health::Lost {
-                Some("is lost")
+                Some(Unfitness::Lost)
             } else if member.cordoned {
-                Some("is cordoned")
+                Some(Unfitness::Cordoned)
             } else {
                 None
             };
             if let Some(why) = unfit {
-                return Err(CommandError::Refused(format!(
-                    "host {host} {why}; choose another host or let placement choose"
-                )));
+                return Err(CommandError::HostUnfit {
+                    host: host.clone(),
+                    why,
+                });
             }
         }
         let choice = match &spec.host {
@@ -1326,7 +1094,7 @@ impl RingState {
         };
         let (host, epoch, phase, unplaced_reason) = match choice {
             Ok(h) => (Some(h), 1, Phase::Starting, String::new()),
-            Err(why) => (None, 0, Phase::Unplaced, why),
+            Err(why) => (None, 0, Phase::Unplaced, why.to_string()),
         };
         let detail = match &host {
             Some(h) => format!("dns {} hosted on {h} at epoch {epoch}", spec.dns_name),
@@ -1446,6 +1214,24 @@ impl RingState {
             self.index == Index::of(&self.control_planes),
             "the control-plane index differs from its recomputation"
         );
+    }
+}
+
+/// The refusal of a host's report that does not match `cp` (phase, epoch, host).
+fn unexpected_report(
+    cp: &ControlPlane,
+    member: &str,
+    report: ReportKind,
+    given: u64,
+) -> CommandError {
+    CommandError::UnexpectedReport {
+        control_plane: cp.name.clone(),
+        phase: cp.phase.to_string(),
+        epoch: cp.epoch,
+        host: cp.host.clone(),
+        member: member.to_string(),
+        report,
+        given,
     }
 }
 
@@ -1577,6 +1363,20 @@ fn subject(state: &RingState, command: &Command) -> String {
         | Command::ReportMigration { name, .. }
         | Command::ReportBackup { name, .. } => name.clone(),
         Command::Cordon { id, .. } | Command::SetLabels { id, .. } => member_name(id),
+    }
+}
+
+impl Roster for RingState {
+    fn members(&self) -> impl Iterator<Item = &Member> {
+        self.members.values()
+    }
+
+    fn member_by_name(&self, name: &str) -> Option<&Member> {
+        RingState::member_by_name(self, name)
+    }
+
+    fn hosted_count(&self, name: &str) -> usize {
+        RingState::hosted_count(self, name)
     }
 }
 

@@ -1,5 +1,6 @@
 use super::*;
-use crate::core::limits::HISTORY_LIMIT;
+use crate::error::ReportKind;
+use crate::limits::HISTORY_LIMIT;
 
 fn spec(id: NodeId, name: &str, zone: &str) -> MemberSpec {
     MemberSpec {
@@ -98,7 +99,7 @@ fn bootstrap_registers_voters_once() {
             dns_zone: None,
         },
     );
-    assert!(matches!(err, CommandError::Refused(_)), "{err}");
+    assert!(matches!(err, CommandError::AlreadyBootstrapped), "{err}");
 }
 
 #[test]
@@ -136,7 +137,10 @@ fn member_add_promote_remove() {
     assert_eq!(state.members[&4].role, Role::Joining);
 
     let err = refused(&mut state, 3, Command::PromoteMember { id: 4 });
-    assert!(matches!(err, CommandError::Refused(_)), "{err}");
+    assert!(
+        matches!(err, CommandError::NotJoinedYet { id: 4, .. }),
+        "{err}"
+    );
 
     state.apply_membership(&[1, 2, 3].into(), &[4].into());
     assert_eq!(state.members[&4].role, Role::Learner);
@@ -174,7 +178,10 @@ fn member_add_rejects_conflicts() {
     let mut same_addr = spec(4, "d", "zone-d");
     same_addr.address = state.members[&1].address.clone();
     let err = refused(&mut state, 2, Command::AddMember(same_addr));
-    assert!(matches!(err, CommandError::Refused(_)), "{err}");
+    assert!(
+        matches!(err, CommandError::DuplicateAddress { id: 1, .. }),
+        "{err}"
+    );
     let err = refused(&mut state, 2, Command::RemoveMember { id: 9 });
     assert_eq!(err, CommandError::UnknownMember("9".into()));
 }
@@ -436,7 +443,7 @@ fn placement_skips_joining_suspect_and_lost_members() {
 fn members_are_added_only_after_the_founders() {
     let mut state = RingState::default();
     let err = refused(&mut state, 1, Command::AddMember(spec(1, "e", "zone-e")));
-    assert!(matches!(err, CommandError::Refused(_)), "{err}");
+    assert!(matches!(err, CommandError::NotBootstrapped), "{err}");
     assert!(state.members.is_empty());
 
     state
@@ -900,7 +907,7 @@ fn control_plane_labels_are_replaced_recorded_and_checked() {
         },
     );
     assert!(matches!(err, CommandError::Invalid { .. }), "{err:?}");
-    let many = (0..=crate::core::command::MAX_LABELS)
+    let many = (0..=crate::command::MAX_LABELS)
         .map(|i| (format!("k{i}"), "v".to_string()))
         .collect();
     let err = refused(
@@ -951,7 +958,13 @@ fn backup_reports_are_kept_while_running_refused_elsewhere_and_cleared_on_move()
         report_backup("x", 1, &host, backup_report(full, 0, 1)),
     );
     assert!(
-        matches!(&err, CommandError::Refused(why) if why.contains("cannot report its backups")),
+        matches!(
+            &err,
+            CommandError::UnexpectedReport {
+                report: ReportKind::Backups,
+                ..
+            }
+        ),
         "{err:?}"
     );
     state
@@ -1036,7 +1049,13 @@ fn backup_reports_are_kept_while_running_refused_elsewhere_and_cleared_on_move()
     ] {
         let err = refused(&mut state, 7, command);
         assert!(
-            matches!(&err, CommandError::Refused(why) if why.contains("cannot report its backups")),
+            matches!(
+                &err,
+                CommandError::UnexpectedReport {
+                    report: ReportKind::Backups,
+                    ..
+                }
+            ),
             "wrong {what}: {err:?}"
         );
     }
@@ -1080,5 +1099,14 @@ fn backup_reports_are_kept_while_running_refused_elsewhere_and_cleared_on_move()
         8,
         report_backup("x", 1, &host, backup_report(full, 0, 30_000)),
     );
-    assert!(matches!(err, CommandError::Refused(_)), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            CommandError::UnexpectedReport {
+                report: ReportKind::Backups,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }

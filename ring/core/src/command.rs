@@ -8,12 +8,14 @@ use super::vec_map::VecMap;
 use serde::{Deserialize, Serialize};
 
 use super::NodeId;
+use super::control_plane::MoveKind;
 use super::error::CommandError;
 use super::limits::{MAX_MEMBERS, MAX_TEXT_LEN};
+use super::member::Health;
+pub use super::member::MemberSpec;
 use super::names::{
     check_address, check_backup_url, check_dns_name, check_label, check_text, require,
 };
-use super::state::{Health, MoveKind};
 
 /// A command with its context, as written to the Raft log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,46 +47,6 @@ impl Proposal {
         }
         require("reason", &self.reason, check_text)?;
         self.command.validate()
-    }
-}
-
-/// Everything needed to register a member.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MemberSpec {
-    /// Raft node id, never reused. Must not be 0.
-    pub id: NodeId,
-    /// DNS-1123 label, unique among current members.
-    pub name: String,
-    /// DNS-1123 label of the failure zone.
-    pub zone: String,
-    /// Peer (Raft) address, `host:port`.
-    pub address: String,
-    /// Admin API address, `host:port`.
-    pub admin_address: String,
-}
-
-impl MemberSpec {
-    /// Syntax checks.
-    pub fn validate(&self) -> Result<(), CommandError> {
-        if self.id == 0 {
-            return Err(CommandError::invalid(
-                "member id",
-                "0",
-                "must be at least 1",
-            ));
-        }
-        require("member name", &self.name, check_label)?;
-        require("zone", &self.zone, check_label)?;
-        require("member address", &self.address, check_address)?;
-        require("member admin address", &self.admin_address, check_address)?;
-        if self.address == self.admin_address {
-            return Err(CommandError::invalid(
-                "member admin address",
-                &self.admin_address,
-                "must differ from the peer address",
-            ));
-        }
-        Ok(())
     }
 }
 
@@ -258,11 +220,11 @@ pub enum Command {
         /// The host.
         member: String,
         /// What it reports.
-        report: crate::core::migration::MigrationReport,
+        report: crate::migration::MigrationReport,
     },
     /// The host reports the backups of a running control plane (newest full snapshot, deltas
     /// since, the revision they reach). The leader commits a report only when it is worth it
-    /// ([`crate::core::backup_report::worth_committing`]).
+    /// ([`crate::backup_report::worth_committing`]).
     ReportBackup {
         /// The control plane.
         name: String,
@@ -271,7 +233,7 @@ pub enum Command {
         /// The host.
         member: String,
         /// What it reports.
-        report: crate::core::backup_report::BackupReport,
+        report: crate::backup_report::BackupReport,
     },
     /// Replaces a member's labels (placement preferences can name them).
     SetLabels {

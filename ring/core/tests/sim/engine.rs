@@ -28,12 +28,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::config::Timing;
-use crate::core::agent::{Action, Grant, Memory, reconcile};
-use crate::core::backup_report::BackupReport;
-use crate::core::command::{ControlPlaneSpec, MemberSpec, Proposal};
-use crate::core::controller::{Observations, Policy, decide};
-use crate::core::{Command, Health, Phase, RingState};
+use garden_ring_core::Timing;
+use garden_ring_core::agent::{Action, Grant, Memory, reconcile};
+use garden_ring_core::backup_report::BackupReport;
+use garden_ring_core::command::{ControlPlaneSpec, MemberSpec, Proposal};
+use garden_ring_core::controller::{Observations, Policy, decide};
+use garden_ring_core::{Command, Health, Phase, RingState};
 
 /// Parameters of a run.
 #[derive(Debug, Clone)]
@@ -376,11 +376,11 @@ impl<'a> World<'a> {
                 && self.has_quorum(leader)
             {
                 let name = format!("cp{}", pick % self.c.control_planes);
-                if let Ok(plan) = crate::core::controller::plan_moves(
+                if let Ok(plan) = garden_ring_core::controller::plan_moves(
                     &self.state,
                     std::slice::from_ref(&name),
                     None,
-                    crate::core::MoveKind::Switchover,
+                    garden_ring_core::MoveKind::Switchover,
                     &self.policy,
                     1_700_000_000_000 + self.t,
                 ) {
@@ -707,7 +707,7 @@ impl<'a> World<'a> {
             .filter_map(|member| {
                 let m = (member.id - 1) as usize;
                 let last = self.contact.get(&m).map(|c| now.saturating_sub(*c));
-                let health = crate::duties::judge(last, since_election, &self.timing)?;
+                let health = garden_ring_core::health::judge(last, since_election, &self.timing)?;
                 (health != member.health).then_some((member.id, health))
             })
             .collect();

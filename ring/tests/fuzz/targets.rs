@@ -2,7 +2,7 @@
 //!
 //! A target must return for every input, however hostile. It panics only when a property
 //! that must always hold is broken (a crash in the code under test, or one of the `assert!`s
-//! below), and that panic is what `ring/tests/fuzz.rs`, or any other fuzzer driving these
+//! below), and that panic is what `ring/tests/fuzz/main.rs`, or any other fuzzer driving these
 //! functions, reports. Nothing here does I/O, reads a clock or draws random numbers, so a
 //! failing input fails the same way every time.
 //!
@@ -24,15 +24,17 @@ use hickory_proto::op::{Message, MessageType, OpCode, UpdateMessage};
 use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
 use serde::Deserialize;
 
-use crate::config::Config;
-use crate::core::backup_name::{BackupPrefix, SnapshotName, SnapshotPath};
-use crate::core::limits::{
+use garden_ring::config::Config;
+use garden_ring::core::backup_name::{BackupPrefix, SnapshotName, SnapshotPath};
+use garden_ring::core::limits::{
     HISTORY_LIMIT, MAX_CONTROL_PLANES, MAX_DNS_UPDATE_BYTES, MAX_DNS_UPDATE_CHANGES, MAX_MEMBERS,
     MAX_SNAPSHOT_KEY_LEN, MAX_TTL_S, MIN_TTL_S,
 };
-use crate::core::names::{check_backup_prefix, check_backup_url, check_text};
-use crate::core::{Command, CommandError, ControlPlaneSpec, MemberSpec, Proposal, RingState, Role};
-use crate::dns::update::{Change, MANAGED_TYPES, RecordValue, UpdateBuilder};
+use garden_ring::core::names::{check_backup_prefix, check_backup_url, check_text};
+use garden_ring::core::{
+    Command, CommandError, ControlPlaneSpec, MemberSpec, Proposal, RingState, Role,
+};
+use garden_ring::dns::update::{Change, MANAGED_TYPES, RecordValue, UpdateBuilder};
 
 /// A fuzz target: takes any bytes, panics only when a property breaks.
 pub type Target = fn(&[u8]);
@@ -380,8 +382,8 @@ impl DnsScript {
 /// authority: REFUSED exactly outside the zone, NXDOMAIN only with no answer and the SOA, and
 /// an address the zone holds for a name is in the answer for that name.
 fn zone_answers(script: &DnsScript) {
-    use crate::dns::records::DesiredRecord;
-    use crate::dns::zone::Zone;
+    use garden_ring::dns::records::DesiredRecord;
+    use garden_ring::dns::zone::Zone;
     use hickory_proto::op::ResponseCode;
     use hickory_proto::rr::LowerName;
 
@@ -478,7 +480,7 @@ pub fn dns_update(data: &[u8]) {
         }
         (Err(e), Ok(_)) => {
             assert!(
-                matches!(e, crate::dns::update::UpdateError::TooLarge { .. }),
+                matches!(e, garden_ring::dns::update::UpdateError::TooLarge { .. }),
                 "only the size may refuse a message that was built: {e}"
             );
             return;

@@ -1,11 +1,13 @@
-//! The deterministic simulation (`garden_ring::sim`): many seeds, each a different schedule of
+//! The deterministic simulation (`engine.rs`, driving the real core): many seeds, each a different schedule of
 //! crashes, freezes, partitions (full and one way), lossy links and clock drift, with the
 //! safety invariants checked at every step.
 //!
 //! - `GARDEN_RING_SIM_SEEDS=N` runs N seeds (default 500; CI uses the default).
 //! - `GARDEN_RING_SIM_SEED=S` replays one seed exactly (a failure prints it).
 
-use garden_ring::sim::{SimConfig, run};
+mod engine;
+
+use engine::{SimConfig, run};
 
 fn seeds() -> Vec<u64> {
     if let Ok(seed) = std::env::var("GARDEN_RING_SIM_SEED") {

@@ -84,7 +84,7 @@ pub fn delta_chain(full_revision: u64, deltas: &[SnapshotName]) -> DeltaChain {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::backup_name::SnapshotKind;
+    use crate::backup_name::SnapshotKind;
 
     fn incr(start: u64, last: u64, t: u64) -> SnapshotName {
         SnapshotName::new(SnapshotKind::Incr, start, last, t).unwrap()

@@ -215,10 +215,10 @@ impl Migration {
     pub fn apply(&mut self, report: &MigrationReport, at_ms: u64) -> Result<String, CommandError> {
         let step = report.step.unwrap_or(self.step);
         if step < self.step || !step.reportable() || self.step == MigrationStep::Fencing {
-            return Err(CommandError::Refused(format!(
-                "the migration is {}; a report of {step} comes too late or too early",
-                self.step
-            )));
+            return Err(CommandError::MigrationStepOutOfOrder {
+                step: self.step.to_string(),
+                reported: step.to_string(),
+            });
         }
         let mut detail = vec![format!("migration {step}")];
         if report.bytes_copied != self.bytes_copied {

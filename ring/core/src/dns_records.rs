@@ -9,10 +9,22 @@
 //! A name that should have no record is listed with [`RecordValue::Delete`] and the reason, so
 //! providers remove what they published before and operators see why a name is empty.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::update::RecordValue;
-use crate::core::{Health, Phase, RingState};
+use crate::{Health, Phase, RingState};
+
+/// What a name should point to: the value of the A, AAAA or CNAME record the ring wants there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordValue {
+    /// One IPv4 address.
+    A(Ipv4Addr),
+    /// One IPv6 address.
+    Aaaa(Ipv6Addr),
+    /// An alias for another DNS name.
+    Cname(String),
+    /// Nothing: the managed records at the name are deleted.
+    Delete,
+}
 
 /// One record the ring wants to exist (or not).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,7 +132,7 @@ mod tests {
     use std::net::{Ipv4Addr, Ipv6Addr};
 
     use super::*;
-    use crate::core::{Command, ControlPlaneSpec, MemberSpec, MoveKind, Proposal};
+    use crate::{Command, ControlPlaneSpec, MemberSpec, MoveKind, Proposal};
 
     fn apply(state: &mut RingState, index: u64, command: Command) {
         state

@@ -12,8 +12,21 @@
 use std::collections::BTreeMap;
 
 use super::command::ControlPlaneSpec;
-use super::state::{ControlPlane, Health, RingState, Role};
+use super::control_plane::ControlPlane;
+use super::member::{Health, Member, Role};
 use super::vec_map::VecMap;
+
+/// What placement reads of a ring: its members and how many control planes each hosts.
+/// [`RingState`](crate::state::RingState) implements it; placement never sees the rest of the
+/// state (and does not depend on it: the state calls placement when a control plane is added).
+pub trait Roster {
+    /// Every registered member, in id order.
+    fn members(&self) -> impl Iterator<Item = &Member>;
+    /// The member called `name`.
+    fn member_by_name(&self, name: &str) -> Option<&Member>;
+    /// How many control planes member `name` hosts.
+    fn hosted_count(&self, name: &str) -> usize;
+}
 
 /// What to place.
 #[derive(Debug, Clone)]
@@ -64,13 +77,28 @@ impl<'a> Request<'a> {
     }
 }
 
+/// Why nobody can host a control plane: each member considered and why not (members without an
+/// endpoint for it, and its current host, are not considered).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", if why_not.is_empty() {
+    format!("no other member has an endpoint for {control_plane}")
+} else {
+    format!("no eligible member: {}", why_not.join(", "))
+})]
+pub struct NoEligibleHost {
+    /// The control plane.
+    pub control_plane: String,
+    /// `<member> <reason>` for each member considered.
+    pub why_not: Vec<String>,
+}
+
 /// Chooses a host for `request`, or says why nobody is eligible. `capacity` is the most control
 /// planes one member may host (0: no limit).
 pub fn choose_host(
-    state: &RingState,
+    state: &impl Roster,
     request: &Request<'_>,
     capacity: usize,
-) -> Result<String, String> {
+) -> Result<String, NoEligibleHost> {
     choose_host_planned(state, request, capacity, &BTreeMap::new())
 }
 
@@ -80,17 +108,17 @@ pub fn choose_host(
 /// failovers all went to the one member that was least loaded before the batch, past any
 /// capacity).
 pub fn choose_host_planned(
-    state: &RingState,
+    state: &impl Roster,
     request: &Request<'_>,
     capacity: usize,
     planned: &BTreeMap<String, usize>,
-) -> Result<String, String> {
+) -> Result<String, NoEligibleHost> {
     let home_zone = request
         .home
         .and_then(|home| state.member_by_name(home))
         .map(|m| m.zone.as_str());
     let mut why_not: Vec<String> = Vec::new();
-    let rank = |m: &super::state::Member| {
+    let rank = |m: &Member| {
         request
             .prefer
             .iter()
@@ -101,7 +129,7 @@ pub fn choose_host_planned(
             .unwrap_or(usize::MAX)
     };
     let mut best: Option<(usize, usize, u64, &str)> = None;
-    for m in state.members.values() {
+    for m in state.members() {
         // Members without an endpoint, and the current host, are not candidates at all: no
         // need to explain them.
         let reason = if !request.endpoints.contains_key(&m.name)
@@ -139,10 +167,9 @@ pub fn choose_host_planned(
     }
     match best {
         Some((_, _, _, name)) => Ok(name.to_string()),
-        None if why_not.is_empty() => Err(format!(
-            "no other member has an endpoint for {}",
-            request.name
-        )),
-        None => Err(format!("no eligible member: {}", why_not.join(", "))),
+        None => Err(NoEligibleHost {
+            control_plane: request.name.to_string(),
+            why_not,
+        }),
     }
 }

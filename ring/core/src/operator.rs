@@ -1,0 +1,330 @@
+//! The operator's moves (`ringctl member drain`, `switchover`, `failover`), planned: which
+//! commands a request turns into, or why it cannot be done. Pure: the Admin service only
+//! converts the request, calls [`plan`] on its applied state and proposes what comes back.
+
+use super::command::Command;
+use super::control_plane::MoveKind;
+use super::controller::{PlanError as MovePlanError, Policy, plan_moves};
+use super::member::Health;
+use super::state::RingState;
+
+/// What the operator asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OperatorMove {
+    /// Cordon member `member` (an id or a name) and move every control plane it hosts.
+    Drain {
+        /// The member.
+        member: String,
+    },
+    /// Move `control_plane` off its host, which must be healthy to hand over (its final
+    /// snapshot carries every acknowledged write).
+    Switchover {
+        /// The control plane.
+        control_plane: String,
+    },
+    /// Move `control_plane` off its host whatever the host's state.
+    Failover {
+        /// The control plane.
+        control_plane: String,
+    },
+}
+
+/// One move of a plan, as the operator sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedMove {
+    /// The control plane.
+    pub control_plane: String,
+    /// Its host now (empty when it has none).
+    pub from: String,
+    /// Its host after the move.
+    pub to: String,
+    /// The epoch the move gives it.
+    pub epoch: u64,
+}
+
+/// What a request turns into.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorPlan {
+    /// The cordon a drain proposes first (`None` when the member is cordoned already, and for
+    /// the other moves).
+    pub cordon: Option<Command>,
+    /// The moves to propose, in order.
+    pub moves: Vec<Command>,
+    /// The same moves, as the operator sees them.
+    pub planned: Vec<PlannedMove>,
+}
+
+/// Why a request cannot be planned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OperatorError {
+    /// A drain without a member.
+    #[error("a member id or name is needed")]
+    NoMember,
+    /// No member with this id or name.
+    #[error("unknown member {0:?}")]
+    UnknownMember(String),
+    /// No control plane with this name.
+    #[error("unknown control plane {0:?}")]
+    UnknownControlPlane(String),
+    /// A switchover whose host cannot hand over.
+    #[error(
+        "the host of {control_plane} ({}) is not healthy: a switchover needs it to hand over; use failover",
+        host.as_deref().unwrap_or("none")
+    )]
+    HostNotHealthy {
+        /// The control plane.
+        control_plane: String,
+        /// Its host, if any.
+        host: Option<String>,
+    },
+    /// A control plane of the request cannot move (nobody can take it, or the move is
+    /// refused).
+    #[error(transparent)]
+    Plan(#[from] MovePlanError),
+}
+
+/// Plans `request` on `state`: each control plane to `to`, or where placement chooses.
+pub fn plan(
+    state: &RingState,
+    request: &OperatorMove,
+    to: Option<&str>,
+    policy: &Policy,
+    at_ms: u64,
+) -> Result<OperatorPlan, OperatorError> {
+    let (kind, names, cordon) = match request {
+        OperatorMove::Drain { member } => {
+            if member.is_empty() {
+                return Err(OperatorError::NoMember);
+            }
+            let target = state
+                .member_by_ref(member)
+                .ok_or_else(|| OperatorError::UnknownMember(member.clone()))?;
+            let cordon = (!target.cordoned).then_some(Command::Cordon {
+                id: target.id,
+                cordoned: true,
+            });
+            (MoveKind::Drain, state.hosted_by(&target.name), cordon)
+        }
+        OperatorMove::Switchover { control_plane } | OperatorMove::Failover { control_plane } => {
+            let host = state
+                .control_planes
+                .get(control_plane)
+                .map(|cp| cp.host.clone())
+                .ok_or_else(|| OperatorError::UnknownControlPlane(control_plane.clone()))?;
+            let kind = if matches!(request, OperatorMove::Switchover { .. }) {
+                let healthy = host.as_deref().is_some_and(|h| {
+                    state
+                        .member_by_name(h)
+                        .is_some_and(|m| m.health == Health::Healthy)
+                });
+                if !healthy {
+                    return Err(OperatorError::HostNotHealthy {
+                        control_plane: control_plane.clone(),
+                        host,
+                    });
+                }
+                MoveKind::Switchover
+            } else {
+                MoveKind::Forced
+            };
+            (kind, vec![control_plane.clone()], None)
+        }
+    };
+    let moves = plan_moves(state, &names, to, kind, policy, at_ms)?;
+    let planned = moves
+        .iter()
+        .filter_map(|c| match c {
+            Command::MoveControlPlane {
+                name, to, epoch, ..
+            } => Some(PlannedMove {
+                control_plane: name.clone(),
+                from: state
+                    .control_planes
+                    .get(name)
+                    .and_then(|cp| cp.host.clone())
+                    .unwrap_or_default(),
+                to: to.clone().unwrap_or_default(),
+                epoch: *epoch,
+            }),
+            _ => None,
+        })
+        .collect();
+    Ok(OperatorPlan {
+        cordon,
+        moves,
+        planned,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::{ControlPlaneSpec, MemberSpec, Proposal};
+    use crate::vec_map::VecMap;
+
+    fn policy() -> Policy {
+        Policy {
+            lease_ms: 1_000,
+            fence_ms: 500,
+            margin_ms: 200,
+            min_move_interval_ms: 0,
+            capacity: 0,
+        }
+    }
+
+    fn apply(state: &mut RingState, command: Command) {
+        let index = state.history.iter().next_back().map_or(0, |e| e.index) + 1;
+        let proposal = Proposal {
+            command,
+            at_ms: 1_000,
+            actor: "test".into(),
+            reason: String::new(),
+        };
+        state.apply(index, &proposal).expect("applies");
+    }
+
+    /// Three healthy members a, b, c in three zones; `cp1` hosted on a.
+    fn ring() -> RingState {
+        let mut state = RingState::default();
+        let members = ["a", "b", "c"]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| MemberSpec {
+                id: i as u64 + 1,
+                name: name.to_string(),
+                zone: format!("zone-{name}"),
+                address: format!("127.0.0.1:{}", 7000 + i),
+                admin_address: format!("127.0.0.1:{}", 8000 + i),
+            })
+            .collect();
+        apply(
+            &mut state,
+            Command::Bootstrap {
+                members,
+                dns_zone: None,
+            },
+        );
+        for id in 1..=3 {
+            apply(
+                &mut state,
+                Command::SetHealth {
+                    id,
+                    health: Health::Healthy,
+                },
+            );
+        }
+        let endpoints: VecMap<String, String> = ["a", "b", "c"]
+            .iter()
+            .map(|m| (m.to_string(), format!("{m}.example:2379")))
+            .collect();
+        apply(
+            &mut state,
+            Command::AddControlPlane(ControlPlaneSpec {
+                name: "cp1".into(),
+                home: None,
+                dns_name: "cp1.example".into(),
+                endpoints,
+                backup: "file:///backups/cp1".into(),
+                host: Some("a".into()),
+                prefer: Vec::new(),
+                backups: Default::default(),
+            }),
+        );
+        state
+    }
+
+    #[test]
+    fn a_drain_cordons_first_and_moves_everything_off_the_member() {
+        let state = ring();
+        let plan = plan(
+            &state,
+            &OperatorMove::Drain { member: "a".into() },
+            None,
+            &policy(),
+            2_000,
+        )
+        .unwrap();
+        assert_eq!(
+            plan.cordon,
+            Some(Command::Cordon {
+                id: 1,
+                cordoned: true
+            })
+        );
+        assert_eq!(plan.moves.len(), 1);
+        assert_eq!(plan.planned[0].control_plane, "cp1");
+        assert_eq!(plan.planned[0].from, "a");
+        assert_ne!(plan.planned[0].to, "a");
+        assert_eq!(plan.planned[0].epoch, 2);
+    }
+
+    #[test]
+    fn a_switchover_needs_a_healthy_host_and_a_failover_does_not() {
+        let mut state = ring();
+        apply(
+            &mut state,
+            Command::SetHealth {
+                id: 1,
+                health: Health::Suspect,
+            },
+        );
+        let switchover = OperatorMove::Switchover {
+            control_plane: "cp1".into(),
+        };
+        let err = plan(&state, &switchover, None, &policy(), 2_000).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the host of cp1 (a) is not healthy: a switchover needs it to hand over; use failover"
+        );
+        let failover = OperatorMove::Failover {
+            control_plane: "cp1".into(),
+        };
+        let plan = plan(&state, &failover, Some("c"), &policy(), 2_000).unwrap();
+        assert_eq!(plan.cordon, None);
+        assert!(matches!(
+            &plan.moves[..],
+            [Command::MoveControlPlane { kind: MoveKind::Forced, to: Some(to), .. }] if to == "c"
+        ));
+    }
+
+    #[test]
+    fn unknown_names_and_refused_moves_say_why() {
+        let state = ring();
+        let policy = policy();
+        let err = |request: OperatorMove, to: Option<&str>| {
+            plan(&state, &request, to, &policy, 2_000).unwrap_err()
+        };
+        assert_eq!(
+            err(
+                OperatorMove::Drain {
+                    member: String::new()
+                },
+                None
+            ),
+            OperatorError::NoMember
+        );
+        assert_eq!(
+            err(OperatorMove::Drain { member: "z".into() }, None),
+            OperatorError::UnknownMember("z".into())
+        );
+        assert_eq!(
+            err(
+                OperatorMove::Failover {
+                    control_plane: "nope".into()
+                },
+                None
+            ),
+            OperatorError::UnknownControlPlane("nope".into())
+        );
+        let refused = err(
+            OperatorMove::Switchover {
+                control_plane: "cp1".into(),
+            },
+            Some("a"),
+        );
+        assert_eq!(
+            refused.to_string(),
+            "cannot move cp1: control plane cp1 is already hosted on a"
+        );
+    }
+}
