@@ -9,6 +9,7 @@
 //! fixed sleep.
 
 pub mod bind;
+pub mod compat;
 pub mod dig;
 pub mod etcd;
 pub mod etcdbrctl;
