@@ -359,7 +359,7 @@ pub async fn read_all(bin_dir: &Path, data_dir: &Path) -> BTreeMap<String, Strin
     let dir = data_dir.parent().expect("a data directory has a parent");
     let name = format!("read-{}", data_dir.file_name().unwrap().to_string_lossy());
     let etcd = Etcd::start_from_bin(bin_dir, dir, EtcdSpec::reserve(&name), data_dir).await;
-    let kvs = etcd.client().get_prefix(b"").await.expect("read every key");
+    let kvs = crate::etcd::key_values(etcd.client(), b"").await;
     println!(
         "  etcd from {} started on {} in {:?}: revision {}, {} keys",
         bin_dir.display(),
@@ -368,12 +368,5 @@ pub async fn read_all(bin_dir: &Path, data_dir: &Path) -> BTreeMap<String, Strin
         etcd.client().revision().await.unwrap(),
         kvs.len()
     );
-    kvs.into_iter()
-        .map(|kv| {
-            (
-                String::from_utf8(kv.key).expect("UTF-8 keys"),
-                String::from_utf8(kv.value).expect("UTF-8 values"),
-            )
-        })
-        .collect()
+    kvs
 }

@@ -381,3 +381,22 @@ pub fn fast() -> EtcdClientOptions {
         snapshot_idle_timeout_ms: 10_000,
     }
 }
+
+/// Every key under `prefix` -> its value (UTF-8), as `client` reads them now.
+pub async fn key_values(
+    client: &garden_ring::backup::etcd::EtcdClient,
+    prefix: &[u8],
+) -> std::collections::BTreeMap<String, String> {
+    client
+        .get_prefix(prefix)
+        .await
+        .expect("read the keys")
+        .into_iter()
+        .map(|kv| {
+            (
+                String::from_utf8(kv.key).expect("UTF-8 keys"),
+                String::from_utf8(kv.value).expect("UTF-8 values"),
+            )
+        })
+        .collect()
+}

@@ -40,18 +40,7 @@ fn bucket(dir: &Path) -> Bucket {
 
 /// Every key and value of `etcd`.
 async fn contents(etcd: &Etcd) -> BTreeMap<String, String> {
-    etcd.client()
-        .get_prefix(b"")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|kv| {
-            (
-                String::from_utf8(kv.key).unwrap(),
-                String::from_utf8(kv.value).unwrap(),
-            )
-        })
-        .collect()
+    garden_ring_tests::etcd::key_values(etcd.client(), b"").await
 }
 
 /// Puts, overwrites, deletes and a two-key transaction: round `round` of the workload.

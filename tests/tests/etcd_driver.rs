@@ -852,18 +852,7 @@ async fn a_control_plane_on_a_bucket_etcdbrctl_wrote_comes_up_with_every_write()
         let cp = running_on(&ring, "cp9", "b").await;
         let migration = cp.migration.clone().unwrap();
         let etcd = etcd_at(&cp, "b").await;
-        let got: BTreeMap<String, String> = etcd
-            .get_prefix(KEY_PREFIX.as_bytes())
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|kv| {
-                (
-                    String::from_utf8(kv.key).unwrap(),
-                    String::from_utf8(kv.value).unwrap(),
-                )
-            })
-            .collect();
+        let got = garden_ring_tests::etcd::key_values(&etcd, KEY_PREFIX.as_bytes()).await;
         assert_eq!(
             got, bucket.model,
             "the host restored {} and replayed what follows it",

@@ -55,6 +55,8 @@ pub mod names;
 pub mod operator;
 pub mod placement;
 pub mod state;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod timing;
 pub mod vec_map;
 

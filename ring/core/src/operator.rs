@@ -159,91 +159,20 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::{ControlPlaneSpec, MemberSpec, Proposal};
-    use crate::vec_map::VecMap;
+    use crate::testing::{Ring, policy};
 
-    fn policy() -> Policy {
-        Policy {
-            lease_ms: 1_000,
-            fence_ms: 500,
-            margin_ms: 200,
-            min_move_interval_ms: 0,
-            capacity: 0,
-        }
-    }
-
-    fn apply(state: &mut RingState, command: Command) {
-        let index = state.history.iter().next_back().map_or(0, |e| e.index) + 1;
-        let proposal = Proposal {
-            command,
-            at_ms: 1_000,
-            actor: "test".into(),
-            reason: String::new(),
-        };
-        state.apply(index, &proposal).expect("applies");
-    }
-
-    /// Three healthy members a, b, c in three zones; `cp1` hosted on a.
-    fn ring() -> RingState {
-        let mut state = RingState::default();
-        let members = ["a", "b", "c"]
-            .iter()
-            .enumerate()
-            .map(|(i, name)| MemberSpec {
-                id: i as u64 + 1,
-                name: name.to_string(),
-                zone: format!("zone-{name}"),
-                address: format!("127.0.0.1:{}", 7000 + i),
-                admin_address: format!("127.0.0.1:{}", 8000 + i),
-            })
-            .collect();
-        apply(
-            &mut state,
-            Command::Bootstrap {
-                members,
-                dns_zone: None,
-            },
-        );
-        for id in 1..=3 {
-            apply(
-                &mut state,
-                Command::SetHealth {
-                    id,
-                    health: Health::Healthy,
-                },
-            );
-        }
-        let endpoints: VecMap<String, String> = ["a", "b", "c"]
-            .iter()
-            .map(|m| (m.to_string(), format!("{m}.example:2379")))
-            .collect();
-        apply(
-            &mut state,
-            Command::AddControlPlane(ControlPlaneSpec {
-                name: "cp1".into(),
-                home: None,
-                dns_name: "cp1.example".into(),
-                endpoints,
-                backup: "file:///backups/cp1".into(),
-                host: Some("a".into()),
-                prefer: Vec::new(),
-                backups: Default::default(),
-            }),
-        );
-        state
+    /// The test ring (a..d, healthy) with `cp1` hosted on a.
+    fn ring() -> Ring {
+        let mut ring = Ring::new();
+        ring.add("cp1", None, "a");
+        ring
     }
 
     #[test]
     fn a_drain_cordons_first_and_moves_everything_off_the_member() {
-        let state = ring();
-        let plan = plan(
-            &state,
-            &OperatorMove::Drain { member: "a".into() },
-            None,
-            &policy(),
-            2_000,
-        )
-        .unwrap();
+        let ring = ring();
+        let drain = OperatorMove::Drain { member: "a".into() };
+        let plan = plan(&ring.state, &drain, None, &policy(), 2_000).unwrap();
         assert_eq!(
             plan.cordon,
             Some(Command::Cordon {
@@ -260,18 +189,16 @@ mod tests {
 
     #[test]
     fn a_switchover_needs_a_healthy_host_and_a_failover_does_not() {
-        let mut state = ring();
-        apply(
-            &mut state,
-            Command::SetHealth {
-                id: 1,
-                health: Health::Suspect,
-            },
-        );
+        let mut ring = ring();
+        ring.apply(Command::SetHealth {
+            id: 1,
+            health: Health::Suspect,
+        })
+        .unwrap();
         let switchover = OperatorMove::Switchover {
             control_plane: "cp1".into(),
         };
-        let err = plan(&state, &switchover, None, &policy(), 2_000).unwrap_err();
+        let err = plan(&ring.state, &switchover, None, &policy(), 2_000).unwrap_err();
         assert_eq!(
             err.to_string(),
             "the host of cp1 (a) is not healthy: a switchover needs it to hand over; use failover"
@@ -279,7 +206,7 @@ mod tests {
         let failover = OperatorMove::Failover {
             control_plane: "cp1".into(),
         };
-        let plan = plan(&state, &failover, Some("c"), &policy(), 2_000).unwrap();
+        let plan = plan(&ring.state, &failover, Some("c"), &policy(), 2_000).unwrap();
         assert_eq!(plan.cordon, None);
         assert!(matches!(
             &plan.moves[..],
@@ -289,10 +216,10 @@ mod tests {
 
     #[test]
     fn unknown_names_and_refused_moves_say_why() {
-        let state = ring();
+        let ring = ring();
         let policy = policy();
         let err = |request: OperatorMove, to: Option<&str>| {
-            plan(&state, &request, to, &policy, 2_000).unwrap_err()
+            plan(&ring.state, &request, to, &policy, 2_000).unwrap_err()
         };
         assert_eq!(
             err(
