@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::names::{check_address, check_label};
+use crate::core::names::{Invalid, check_address, check_label};
 use crate::core::{MemberSpec, NodeId};
 use crate::tls::TlsFiles;
 
@@ -536,12 +536,12 @@ impl BackupSettings {
 }
 
 /// `http(s)://host[:port][/path]`, printable ASCII, without credentials, query or fragment.
-fn check_s3_endpoint(endpoint: &str) -> Result<(), String> {
+fn check_s3_endpoint(endpoint: &str) -> Result<(), Invalid> {
     if endpoint.len() > crate::core::limits::MAX_URL_LEN {
-        return Err(format!(
+        return Err(Invalid(format!(
             "must be at most {} characters",
             crate::core::limits::MAX_URL_LEN
-        ));
+        )));
     }
     if !endpoint.bytes().all(|b| b.is_ascii_graphic()) || endpoint.contains('\\') {
         return Err("must be printable ASCII without whitespace or backslashes".into());
@@ -556,10 +556,10 @@ fn check_s3_endpoint(endpoint: &str) -> Result<(), String> {
     let rest = endpoint
         .strip_prefix("https://")
         .or_else(|| endpoint.strip_prefix("http://"))
-        .ok_or_else(|| format!("{endpoint:?} must start with http:// or https://"))?;
+        .ok_or_else(|| Invalid(format!("{endpoint:?} must start with http:// or https://")))?;
     let host = rest.split('/').next().unwrap_or_default();
     if host.is_empty() {
-        return Err(format!("{endpoint:?} names no host"));
+        return Err(Invalid(format!("{endpoint:?} names no host")));
     }
     Ok(())
 }
@@ -842,9 +842,7 @@ impl Config {
         if self.driver.kind != DriverKind::Etcd {
             return Ok(());
         }
-        let bin_dir = self
-            .etcd_bin_dir()
-            .map_err(|why| invalid("driver.etcd.bin_dir", why))?;
+        let bin_dir = self.etcd_bin_dir()?;
         if !bin_dir.join("etcd").is_file() {
             return Err(invalid(
                 "driver.etcd.bin_dir",
@@ -868,7 +866,7 @@ impl Config {
 
     /// The directory of the etcd binaries the `etcd` driver runs: `driver.etcd.bin_dir`, or
     /// that of the first `etcd` on `PATH`.
-    pub fn etcd_bin_dir(&self) -> Result<PathBuf, String> {
+    pub fn etcd_bin_dir(&self) -> Result<PathBuf, ConfigError> {
         if let Some(dir) = &self.driver.etcd.bin_dir {
             return Ok(dir.clone());
         }
@@ -876,8 +874,10 @@ impl Config {
         std::env::split_paths(&path)
             .find(|dir| dir.join("etcd").is_file())
             .ok_or_else(|| {
-                "is unset and no etcd is on PATH (on Debian: apt-get install etcd-server etcd-client)"
-                    .to_string()
+                invalid(
+                    "driver.etcd.bin_dir",
+                    "is unset and no etcd is on PATH (on Debian: apt-get install etcd-server etcd-client)",
+                )
             })
     }
 

@@ -115,7 +115,7 @@ impl Duties {
     }
 
     fn tick_interval(&self) -> Duration {
-        Duration::from_millis((self.timing.heartbeat_ms * 2).max(20))
+        Duration::from_millis(self.timing.duties_interval_ms())
     }
 
     async fn propose(&self, command: Command, reason: String) {
@@ -284,7 +284,7 @@ impl Duties {
             return;
         }
         self.last_probe = Some(Instant::now());
-        let timeout = Duration::from_millis(self.timing.election_timeout_max_ms.max(500));
+        let timeout = Duration::from_millis(self.timing.probe_timeout_ms());
         let membership = metrics.membership_config.membership();
         for (id, node) in membership.nodes() {
             if *id == self.me {

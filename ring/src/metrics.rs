@@ -167,17 +167,28 @@ impl ApplyObserver for Counters {
     }
 }
 
+/// Why a member is not ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    /// No leader is known.
+    #[error("no leader known")]
+    NoLeader,
+    /// This member's lease is not current for its applied state.
+    #[error("no current lease (cut off from the quorum, or not renewed yet)")]
+    NoLease,
+}
+
 /// Whether the member is ready: a leader is known, and this member's lease is current for
 /// state at least as fresh as the leader's when it granted the lease. `/readyz`, the
 /// `garden_ring_ready` gauge and the gRPC health status of the Admin service all use this.
-pub fn ready(raft: &RaftNode, own: &OwnLease) -> Result<(), String> {
+pub fn ready(raft: &RaftNode, own: &OwnLease) -> Result<(), NotReady> {
     let m = raft.metrics().borrow_watched().clone();
     if m.current_leader.is_none() {
-        return Err("no leader known".into());
+        return Err(NotReady::NoLeader);
     }
     let applied = m.last_applied.map(|l| l.index).unwrap_or(0);
     if !own.vouches(monotonic_ms(), applied) {
-        return Err("no current lease (cut off from the quorum, or not renewed yet)".into());
+        return Err(NotReady::NoLease);
     }
     Ok(())
 }
@@ -204,7 +215,7 @@ pub struct Sources {
 
 impl Sources {
     /// Ready: see [`ready`].
-    pub fn ready(&self) -> Result<(), String> {
+    pub fn ready(&self) -> Result<(), NotReady> {
         ready(&self.raft, &self.own)
     }
 

@@ -58,9 +58,9 @@ pub enum StartError {
     /// The driver cannot be set up.
     #[error("driver: {0}")]
     Driver(#[from] crate::agent::driver::DriverError),
-    /// The rfc2136 provider's key is unusable.
+    /// The rfc2136 provider is unusable (its key, its zone).
     #[error("dns.rfc2136: {0}")]
-    DnsKey(String),
+    DnsKey(crate::dns::rfc2136::SetupError),
     /// Raft could not be started.
     #[error("cannot start raft: {0}")]
     Raft(String),
@@ -105,7 +105,7 @@ enum FounderStart {
 /// Asks the other founders how they see this member before an empty data directory forms or
 /// joins a ring. Safety: a member that lost its data must never come back under its old id.
 async fn founder_start(config: &Config, network: &PeerNetwork) -> Result<FounderStart, StartError> {
-    let timeout = std::time::Duration::from_millis(config.timing.election_timeout_max_ms.max(500));
+    let timeout = std::time::Duration::from_millis(config.timing.probe_timeout_ms());
     let asks = config
         .initial_members
         .iter()
@@ -192,139 +192,84 @@ pub fn raft_config(config: &Config) -> Result<openraft::Config, StartError> {
     .map_err(|e| StartError::Raft(e.to_string()))
 }
 
+/// What `Member::start` acquires before Raft starts: everything that can fail fast.
+struct Acquired {
+    security: Security,
+    db: Arc<redb::Database>,
+    peer: TcpListener,
+    admin: TcpListener,
+    metrics: Option<TcpListener>,
+    dns: Option<crate::dns::server::Sockets>,
+}
+
+/// Raft with its storage and network.
+struct Consensus {
+    raft: RaftNode,
+    state: StateMachineStore,
+    counters: Arc<crate::metrics::Counters>,
+    pool: Arc<PeerPool>,
+    network: PeerNetwork,
+}
+
+/// The long-running tasks of a member and the switch that stops them.
+struct Tasks {
+    stop: watch::Sender<bool>,
+    stopped: watch::Receiver<bool>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl Tasks {
+    fn new() -> Self {
+        let (stop, stopped) = watch::channel(false);
+        Self {
+            stop,
+            stopped,
+            handles: Vec::new(),
+        }
+    }
+
+    fn spawn(&mut self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.handles.push(tokio::spawn(task));
+    }
+}
+
 impl Member {
-    /// Starts a member from a validated configuration.
+    /// Starts a member from a validated configuration, in named steps: [`security`] and
+    /// [`Acquired::acquire`] (fail fast: the data directory and every address; nothing runs yet), [`Consensus::open`] (storage, Raft),
+    /// [`form_or_join`], then the background tasks, the servers, the duties, the agent, metrics
+    /// and DNS.
     pub async fn start(config: Config) -> Result<Self, StartError> {
         config.validate()?;
         let dns_publisher = crate::dns::publisher(&config.dns).map_err(StartError::DnsKey)?;
         let id = config.id;
-        let security = match &config.tls {
-            Some(tls) => {
-                let me =
-                    Identity::new(Role::Member, &config.name).map_err(|e| TlsError::Identity {
-                        path: tls.files.cert_file.clone(),
-                        source: e,
-                    })?;
-                Security::Tls(TlsStore::load(tls.files.clone(), Some(me))?)
-            }
-            None => {
-                tracing::warn!(
-                    "running WITHOUT TLS (insecure = true): anyone who can reach the peer and admin \
-                     ports can change the ring; use this only on one machine or a lab network"
-                );
-                Security::Insecure
-            }
-        };
-        let db = storage::open(&config.data_dir, id)?;
-        let peer_listener = bind("peer", config.listen_peer).await?;
-        let admin_listener = bind("admin", config.listen_admin).await?;
-        let metrics_listener = match config.metrics.listen {
-            Some(address) => Some(bind("metrics", address).await?),
-            None => None,
-        };
-        let dns_sockets = match (config.dns.provider, config.dns.listen) {
-            (DnsProvider::Builtin, Some(listen)) => Some(
-                crate::dns::server::Sockets::bind(listen)
-                    .await
-                    .map_err(StartError::Dns)?,
-            ),
-            _ => None,
-        };
+        let acquired = Acquired::acquire(&config, security(&config)?).await?;
+        let consensus = Consensus::open(&config, &acquired).await?;
+        form_or_join(&config, &consensus).await?;
 
-        let log_store = LogStore::new(db.clone(), &config.data_dir)
-            .map_err(|e| StartError::Raft(format!("cannot start the log store: {e}")))?;
-        let counters = Arc::new(crate::metrics::Counters::default());
-        let state = StateMachineStore::open(db)
-            .await
-            .map_err(|e| StartError::Raft(format!("cannot load the state machine: {e}")))?
-            .with_observer(counters.clone());
-        let pool = Arc::new(PeerPool::new(security.clone()));
-        // Requests carry this member's ring generation from before the first one is sent.
-        pool.set_generation(state.read(|a| a.state.generation()));
-        let network = PeerNetwork::new(id, pool.clone());
-        let raft = RaftNode::new(
-            id,
-            Arc::new(raft_config(&config)?),
-            network.clone(),
-            log_store,
-            state.clone(),
-        )
-        .await
-        .map_err(|e| StartError::Raft(e.to_string()))?;
-
-        let initialized = raft
-            .is_initialized()
-            .await
-            .map_err(|e| StartError::Raft(e.to_string()))?;
-        if !initialized && !config.initial_members.is_empty() {
-            match founder_start(&config, &network).await {
-                Ok(FounderStart::Initialize) => {
-                    let nodes: BTreeMap<NodeId, MemberNode> = config
-                        .initial_members
-                        .iter()
-                        .map(|m| (m.id, MemberNode::from(&MemberSpec::from(m))))
-                        .collect();
-                    // Every founding member initializes with the same membership (openraft
-                    // elects one leader); one that finds the ring formed follows it instead.
-                    match raft.initialize(nodes).await {
-                        Ok(()) => tracing::info!(
-                            members = config.initial_members.len(),
-                            "forming the ring"
-                        ),
-                        Err(e) => tracing::info!("not initializing: {e}"),
-                    }
-                }
-                Ok(FounderStart::Follow) => {
-                    tracing::info!("the ring is formed already; following it as a founding member")
-                }
-                Err(e) => {
-                    let _ = raft.shutdown().await;
-                    return Err(e);
-                }
-            }
-        } else if !initialized {
-            let spec = config.member_spec();
-            tracing::info!(
-                "no ring in {} and no initial_members: waiting to be added; run \
-                 `ringctl member add --id {} --name {} --zone {} --address {} --admin-address {}` against the ring",
-                config.data_dir.display(),
-                spec.id,
-                spec.name,
-                spec.zone,
-                spec.address,
-                spec.admin_address
-            );
-        } else {
-            tracing::info!("resuming the ring from {}", config.data_dir.display());
-        }
-
-        let (stop, stopped) = watch::channel(false);
-        let mut tasks = Vec::new();
-        tasks.push(tokio::spawn(keep_generation(
-            state.clone(),
-            pool.clone(),
-            stopped.clone(),
-        )));
-        if let (Some(store), Some(tls)) = (security.store(), &config.tls) {
-            tasks.push(tokio::spawn(store.clone().run_reloader(
-                std::time::Duration::from_millis(tls.reload_interval_ms),
-                stopped.clone(),
-            )));
-            tasks.push(tokio::spawn(reconnect_on_reload(
-                store.clone(),
-                pool.clone(),
-                stopped.clone(),
-            )));
-        }
+        let Acquired {
+            security,
+            db: _,
+            peer: peer_listener,
+            admin: admin_listener,
+            metrics: metrics_listener,
+            dns: dns_sockets,
+        } = acquired;
+        let mut tasks = Tasks::new();
+        start_maintenance(&config, &security, &consensus, &mut tasks);
+        let Consensus {
+            raft,
+            state,
+            counters,
+            pool,
+            network,
+        } = consensus;
         let contact = LeaderContact::default();
         let seen = SeenCertificates::default();
-        let policy = Policy {
-            lease_ms: config.timing.lease_ms,
-            fence_ms: config.timing.fence_ms,
-            margin_ms: config.timing.clock_margin_ms,
-            min_move_interval_ms: config.placement.min_move_interval_ms,
-            capacity: config.placement.capacity,
-        };
+        let policy = Policy::new(
+            &config.timing,
+            config.placement.min_move_interval_ms,
+            config.placement.capacity,
+        );
         let desk = Arc::new(LeaseDesk::new(
             id,
             raft.clone(),
@@ -375,43 +320,11 @@ impl Member {
                 forward: admin.clone(),
                 renew: desk.clone(),
             },
-        )
-        .into_server();
-        // gRPC health on both ports, reflection on the Admin port (see `introspection`).
-        let (health, health_server) = tonic_health::server::health_reporter();
-        let peer_health = InterceptedService::new(
-            health_server.clone(),
-            crate::raft::service::admit_members as introspection::Check,
         );
-        let admin_health = InterceptedService::new(
-            health_server,
-            crate::admin::auth::admit_operators as introspection::Check,
-        );
-        let reflection_v1 = introspection::reflection_v1()?;
-        let reflection_v1alpha = introspection::reflection_v1alpha()?;
-        tasks.push(serve(
-            "peer",
-            peer_listener,
-            &security,
-            stopped.clone(),
-            move |mut server| server.add_service(peer).add_service(peer_health),
-        ));
-        let admin = admin.server();
-        tasks.push(serve(
-            "admin",
-            admin_listener,
-            &security,
-            stopped.clone(),
-            move |mut server| {
-                server
-                    .add_service(admin)
-                    .add_service(admin_health)
-                    .add_service(reflection_v1)
-                    .add_service(reflection_v1alpha)
-            },
-        ));
+        let listeners = (peer_listener, admin_listener);
+        let health = serve_ports(&security, listeners, peer, &admin, &mut tasks)?;
 
-        tasks.push(tokio::spawn(duties::run(
+        tasks.spawn(duties::run(
             duties::Duties::new(
                 id,
                 &config.name,
@@ -426,8 +339,8 @@ impl Member {
                     desk: desk.clone(),
                 },
             ),
-            stopped.clone(),
-        )));
+            tasks.stopped.clone(),
+        ));
         let agent = Agent::new(
             id,
             &config.name,
@@ -436,17 +349,17 @@ impl Member {
             network,
             desk,
             workloads,
-            config.timing.lease_ms,
+            config.timing.clone(),
         );
-        tasks.push(tokio::spawn(introspection::report_health(
+        tasks.spawn(introspection::report_health(
             health,
             raft.clone(),
             agent.own_lease(),
-            stopped.clone(),
-        )));
+            tasks.stopped.clone(),
+        ));
         if let Some(listener) = metrics_listener {
             tracing::info!(address = ?config.metrics.listen, "metrics endpoint listening (/metrics, /healthz, /readyz)");
-            tasks.push(crate::metrics::serve(
+            tasks.handles.push(crate::metrics::serve(
                 listener,
                 crate::metrics::Sources {
                     raft: raft.clone(),
@@ -457,27 +370,26 @@ impl Member {
                     snapshots: snapshot_times,
                     backups: backup_statuses,
                 },
-                stopped.clone(),
+                tasks.stopped.clone(),
             ));
         }
         if let Some(sockets) = dns_sockets {
             let (zone, feeder) =
-                crate::dns::server::feed(state.clone(), config.dns.ttl_s, stopped.clone());
-            tasks.push(feeder);
-            tasks.push(sockets.serve(zone, agent.own_lease(), stopped.clone()));
+                crate::dns::server::feed(state.clone(), config.dns.ttl_s, tasks.stopped.clone());
+            tasks.handles.push(feeder);
+            tasks
+                .handles
+                .push(sockets.serve(zone, agent.own_lease(), tasks.stopped.clone()));
         }
-        tasks.push(tokio::spawn(crate::dns::keeper::run(
-            keeper,
-            stopped.clone(),
-        )));
-        tasks.push(tokio::spawn(agent::run(agent, stopped)));
+        tasks.spawn(crate::dns::keeper::run(keeper, tasks.stopped.clone()));
+        tasks.spawn(agent::run(agent, tasks.stopped.clone()));
         Ok(Self {
             id,
             raft,
             state,
             removed: pool.watch_removed(),
-            stop,
-            tasks,
+            stop: tasks.stop,
+            tasks: tasks.handles,
         })
     }
 
@@ -511,6 +423,214 @@ pub const SERVER_DRAIN_MS: u64 = 2_000;
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 256;
 /// Largest request header list accepted, in bytes.
 pub const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
+
+/// The member's transport security: its certificate store, or none (with a warning).
+fn security(config: &Config) -> Result<Security, StartError> {
+    Ok(match &config.tls {
+        Some(tls) => {
+            let me = Identity::new(Role::Member, &config.name).map_err(|e| TlsError::Identity {
+                path: tls.files.cert_file.clone(),
+                source: e,
+            })?;
+            Security::Tls(TlsStore::load(tls.files.clone(), Some(me))?)
+        }
+        None => {
+            tracing::warn!(
+                "running WITHOUT TLS (insecure = true): anyone who can reach the peer and admin \
+                 ports can change the ring; use this only on one machine or a lab network"
+            );
+            Security::Insecure
+        }
+    })
+}
+
+impl Acquired {
+    /// Opens (and locks) the data directory, then binds every listening address (peer,
+    /// Admin, metrics, the builtin DNS server).
+    async fn acquire(config: &Config, security: Security) -> Result<Self, StartError> {
+        let db = storage::open(&config.data_dir, config.id)?;
+        let peer = bind("peer", config.listen_peer).await?;
+        let admin = bind("admin", config.listen_admin).await?;
+        let metrics = match config.metrics.listen {
+            Some(address) => Some(bind("metrics", address).await?),
+            None => None,
+        };
+        let dns = match (config.dns.provider, config.dns.listen) {
+            (DnsProvider::Builtin, Some(listen)) => Some(
+                crate::dns::server::Sockets::bind(listen)
+                    .await
+                    .map_err(StartError::Dns)?,
+            ),
+            _ => None,
+        };
+        Ok(Self {
+            security,
+            db,
+            peer,
+            admin,
+            metrics,
+            dns,
+        })
+    }
+}
+
+impl Consensus {
+    /// Opens the log store and the state machine in the data directory and starts Raft on them.
+    async fn open(config: &Config, acquired: &Acquired) -> Result<Self, StartError> {
+        let id = config.id;
+        let db = acquired.db.clone();
+        let log_store = LogStore::new(db.clone(), &config.data_dir)
+            .map_err(|e| StartError::Raft(format!("cannot start the log store: {e}")))?;
+        let counters = Arc::new(crate::metrics::Counters::default());
+        let state = StateMachineStore::open(db)
+            .await
+            .map_err(|e| StartError::Raft(format!("cannot load the state machine: {e}")))?
+            .with_observer(counters.clone());
+        let pool = Arc::new(PeerPool::new(acquired.security.clone()));
+        // Requests carry this member's ring generation from before the first one is sent.
+        pool.set_generation(state.read(|a| a.state.generation()));
+        let network = PeerNetwork::new(id, pool.clone());
+        let raft = RaftNode::new(
+            id,
+            Arc::new(raft_config(config)?),
+            network.clone(),
+            log_store,
+            state.clone(),
+        )
+        .await
+        .map_err(|e| StartError::Raft(e.to_string()))?;
+        Ok(Self {
+            raft,
+            state,
+            counters,
+            pool,
+            network,
+        })
+    }
+}
+
+/// A member with an empty data directory forms the ring with the other founders, follows a
+/// ring they formed, or waits to be added; one with data resumes.
+async fn form_or_join(config: &Config, consensus: &Consensus) -> Result<(), StartError> {
+    let raft = &consensus.raft;
+    let initialized = raft
+        .is_initialized()
+        .await
+        .map_err(|e| StartError::Raft(e.to_string()))?;
+    if !initialized && !config.initial_members.is_empty() {
+        match founder_start(config, &consensus.network).await {
+            Ok(FounderStart::Initialize) => {
+                let nodes: BTreeMap<NodeId, MemberNode> = config
+                    .initial_members
+                    .iter()
+                    .map(|m| (m.id, MemberNode::from(&MemberSpec::from(m))))
+                    .collect();
+                // Every founding member initializes with the same membership (openraft
+                // elects one leader); one that finds the ring formed follows it instead.
+                match raft.initialize(nodes).await {
+                    Ok(()) => {
+                        tracing::info!(members = config.initial_members.len(), "forming the ring")
+                    }
+                    Err(e) => tracing::info!("not initializing: {e}"),
+                }
+            }
+            Ok(FounderStart::Follow) => {
+                tracing::info!("the ring is formed already; following it as a founding member")
+            }
+            Err(e) => {
+                let _ = raft.shutdown().await;
+                return Err(e);
+            }
+        }
+    } else if !initialized {
+        let spec = config.member_spec();
+        tracing::info!(
+            "no ring in {} and no initial_members: waiting to be added; run \
+             `ringctl member add --id {} --name {} --zone {} --address {} --admin-address {}` against the ring",
+            config.data_dir.display(),
+            spec.id,
+            spec.name,
+            spec.zone,
+            spec.address,
+            spec.admin_address
+        );
+    } else {
+        tracing::info!("resuming the ring from {}", config.data_dir.display());
+    }
+    Ok(())
+}
+
+/// The background upkeep: the ring generation the peer pool sends, and the reload of the TLS
+/// files (with reconnects to peers when they change).
+fn start_maintenance(
+    config: &Config,
+    security: &Security,
+    consensus: &Consensus,
+    tasks: &mut Tasks,
+) {
+    tasks.spawn(keep_generation(
+        consensus.state.clone(),
+        consensus.pool.clone(),
+        tasks.stopped.clone(),
+    ));
+    if let (Some(store), Some(tls)) = (security.store(), &config.tls) {
+        tasks.spawn(store.clone().run_reloader(
+            std::time::Duration::from_millis(tls.reload_interval_ms),
+            tasks.stopped.clone(),
+        ));
+        tasks.spawn(reconnect_on_reload(
+            store.clone(),
+            consensus.pool.clone(),
+            tasks.stopped.clone(),
+        ));
+    }
+}
+
+/// Serves the peer port (Raft, forwarding, leases; gRPC health) and the Admin port (the Admin
+/// API; gRPC health and reflection). Returns the health reporter both ports share.
+fn serve_ports(
+    security: &Security,
+    (peer_listener, admin_listener): (TcpListener, TcpListener),
+    peer: PeerService,
+    admin: &Arc<AdminService>,
+    tasks: &mut Tasks,
+) -> Result<tonic_health::server::HealthReporter, StartError> {
+    let peer = peer.into_server();
+    // gRPC health on both ports, reflection on the Admin port (see `introspection`).
+    let (health, health_server) = tonic_health::server::health_reporter();
+    let peer_health = InterceptedService::new(
+        health_server.clone(),
+        crate::raft::service::admit_members as introspection::Check,
+    );
+    let admin_health = InterceptedService::new(
+        health_server,
+        crate::admin::auth::admit_operators as introspection::Check,
+    );
+    let reflection_v1 = introspection::reflection_v1()?;
+    let reflection_v1alpha = introspection::reflection_v1alpha()?;
+    tasks.handles.push(serve(
+        "peer",
+        peer_listener,
+        security,
+        tasks.stopped.clone(),
+        move |mut server| server.add_service(peer).add_service(peer_health),
+    ));
+    let admin = admin.server();
+    tasks.handles.push(serve(
+        "admin",
+        admin_listener,
+        security,
+        tasks.stopped.clone(),
+        move |mut server| {
+            server
+                .add_service(admin)
+                .add_service(admin_health)
+                .add_service(reflection_v1)
+                .add_service(reflection_v1alpha)
+        },
+    ));
+    Ok(health)
+}
 
 /// Drops the peer connections whenever new certificates are loaded, so that this member
 /// presents them to its peers from then on.

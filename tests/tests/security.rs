@@ -210,7 +210,8 @@ async fn a_peer_cannot_claim_another_members_id() {
         .client(1, &a)
         .ping(timeout)
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(
         forged.contains("PermissionDenied") || forged.contains("permission"),
         "{forged}"
@@ -238,7 +239,8 @@ async fn a_peer_cannot_claim_another_members_id() {
         .client(1, &a)
         .ping(timeout)
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("may not use the peer service"), "{err}");
 
     // And a client checks the server too: member a's port is not member c's.
@@ -248,7 +250,8 @@ async fn a_peer_cannot_claim_another_members_id() {
         .client(3, &wrong)
         .ping(timeout)
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("expected member \"c\""), "{err}");
 }
 

@@ -312,7 +312,7 @@ impl BackupPrefix {
     pub fn new(prefix: &str) -> Result<Self, BackupNameError> {
         check_backup_prefix(prefix).map_err(|why| BackupNameError::Prefix {
             prefix: shorten(prefix),
-            why,
+            why: why.into(),
         })?;
         Ok(Self(prefix.to_string()))
     }

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::CommandError;
 use super::limits::{MAX_SNAPSHOT_KEY_LEN, MAX_SNAPSHOT_NUMBER};
-use super::names::is_invisible_format;
+use super::names::{Invalid, invalid, is_invisible_format};
 
 /// Least backup time (`up_to_date_unix_ms`) between two committed reports of one control
 /// plane that name the same full snapshot, in ms.
@@ -106,12 +106,12 @@ pub fn worth_committing(committed: Option<&BackupReport>, report: &BackupReport)
 }
 
 /// A snapshot key or name as a report may carry it (see [`BackupReport::validate`]).
-fn check_snapshot_key(value: &str) -> Result<(), String> {
+fn check_snapshot_key(value: &str) -> Result<(), Invalid> {
     if value.is_empty() {
         return Err("must not be empty (no full snapshot is reported as none)".into());
     }
     if value.len() > MAX_SNAPSHOT_KEY_LEN {
-        return Err(format!(
+        return Err(invalid!(
             "is {} bytes long; at most {MAX_SNAPSHOT_KEY_LEN} (a snapshot key)",
             value.len()
         ));

@@ -14,7 +14,8 @@ use super::limits::{MAX_MEMBERS, MAX_TEXT_LEN};
 use super::member::Health;
 pub use super::member::MemberSpec;
 use super::names::{
-    check_address, check_backup_url, check_dns_name, check_label, check_text, require,
+    Invalid, check_address, check_backup_url, check_dns_name, check_label, check_text, invalid,
+    require,
 };
 
 /// A command with its context, as written to the Raft log.
@@ -469,11 +470,11 @@ fn check_labels(labels: &BTreeMap<String, String>, what: &str) -> Result<(), Com
 }
 
 /// A placement preference: a member name, or `key=value` (both DNS-1123 labels).
-pub fn check_preference(entry: &str) -> Result<(), String> {
+pub fn check_preference(entry: &str) -> Result<(), Invalid> {
     match entry.split_once('=') {
         Some((key, value)) => {
-            check_label(key).map_err(|why| format!("label key {why}"))?;
-            check_label(value).map_err(|why| format!("label value {why}"))
+            check_label(key).map_err(|why| invalid!("label key {why}"))?;
+            check_label(value).map_err(|why| invalid!("label value {why}"))
         }
         None => check_label(entry),
     }

@@ -28,6 +28,7 @@ use super::member::Health;
 use super::migration::MigrationReport;
 use super::placement::{self, NoEligibleHost, Request};
 use super::state::RingState;
+use super::timing::Timing;
 
 /// The leader's policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +46,17 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// The policy for `timing`, with the placement settings.
+    pub fn new(timing: &Timing, min_move_interval_ms: u64, capacity: usize) -> Self {
+        Self {
+            lease_ms: timing.lease_ms,
+            fence_ms: timing.fence_ms,
+            margin_ms: timing.clock_margin_ms,
+            min_move_interval_ms,
+            capacity,
+        }
+    }
+
     /// How long a former host may still serve after the last lease it could have been granted.
     pub fn fence_wait_ms(&self) -> u64 {
         self.lease_ms + self.fence_ms + self.margin_ms

@@ -1,11 +1,44 @@
 //! Syntax checks for everything an operator names: member and control-plane names, zones, DNS
 //! names (and whether one lies inside a zone), addresses, backup locations and prefixes, TTLs
 //! and free text. Each check returns the reason a value is
-//! wrong, in words an operator can act on; [`CommandError::invalid`] wraps it with the field.
+//! wrong ([`Invalid`]), in words an operator can act on; [`CommandError::invalid`] wraps it
+//! with the field.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::error::CommandError;
+/// Why a value fails its syntax check, in words an operator can act on. Always final: the
+/// same value is refused again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Invalid(pub String);
+
+impl From<&str> for Invalid {
+    fn from(why: &str) -> Self {
+        Self(why.to_string())
+    }
+}
+
+impl From<String> for Invalid {
+    fn from(why: String) -> Self {
+        Self(why)
+    }
+}
+
+impl From<Invalid> for String {
+    fn from(invalid: Invalid) -> Self {
+        invalid.0
+    }
+}
+
+/// An [`Invalid`] with a formatted reason.
+macro_rules! invalid {
+    ($($reason:tt)*) => {
+        $crate::names::Invalid(format!($($reason)*))
+    };
+}
+pub(crate) use invalid;
+
 use super::limits::{
     MAX_ADDRESS_LEN, MAX_DNS_NAME_LEN, MAX_LABEL_LEN, MAX_TEXT_LEN, MAX_TTL_S, MAX_URL_LEN,
     MIN_TTL_S,
@@ -13,12 +46,12 @@ use super::limits::{
 
 /// Checks a DNS-1123 label (Kubernetes object names): 1 to 63 characters of `a-z`, `0-9` and
 /// `-`, starting and ending with a letter or digit.
-pub fn check_label(value: &str) -> Result<(), String> {
+pub fn check_label(value: &str) -> Result<(), Invalid> {
     if value.is_empty() {
         return Err("must not be empty".into());
     }
     if value.len() > MAX_LABEL_LEN {
-        return Err(format!("must be at most {MAX_LABEL_LEN} characters"));
+        return Err(invalid!("must be at most {MAX_LABEL_LEN} characters"));
     }
     if !value
         .bytes()
@@ -34,37 +67,37 @@ pub fn check_label(value: &str) -> Result<(), String> {
 
 /// Checks a DNS name made of DNS-1123 labels separated by dots, at most 253 characters. A single
 /// trailing dot is not accepted: names are stored in one canonical form.
-pub fn check_dns_name(value: &str) -> Result<(), String> {
+pub fn check_dns_name(value: &str) -> Result<(), Invalid> {
     if value.is_empty() {
         return Err("must not be empty".into());
     }
     if value.len() > MAX_DNS_NAME_LEN {
-        return Err(format!("must be at most {MAX_DNS_NAME_LEN} characters"));
+        return Err(invalid!("must be at most {MAX_DNS_NAME_LEN} characters"));
     }
     if value.ends_with('.') {
         return Err("must not end with '.' (write the name without the root dot)".into());
     }
     for label in value.split('.') {
-        check_label(label).map_err(|why| format!("label {label:?} {why}"))?;
+        check_label(label).map_err(|why| invalid!("label {label:?} {why}"))?;
     }
     Ok(())
 }
 
 /// Checks a `host:port` address. The host is an IPv4 address, a bracketed IPv6 address
 /// (`[::1]:7400`) or a DNS name; the port is 1 to 65535.
-pub fn check_address(value: &str) -> Result<(), String> {
+pub fn check_address(value: &str) -> Result<(), Invalid> {
     if value.is_empty() {
         return Err("must not be empty".into());
     }
     if value.len() > MAX_ADDRESS_LEN {
-        return Err(format!("must be at most {MAX_ADDRESS_LEN} characters"));
+        return Err(invalid!("must be at most {MAX_ADDRESS_LEN} characters"));
     }
     let (host, port) = if let Some(rest) = value.strip_prefix('[') {
         let (v6, port) = rest
             .split_once("]:")
             .ok_or("must be [IPv6]:port when the host is an IPv6 address")?;
         v6.parse::<Ipv6Addr>()
-            .map_err(|_| format!("{v6:?} is not an IPv6 address"))?;
+            .map_err(|_| invalid!("{v6:?} is not an IPv6 address"))?;
         (None, port)
     } else {
         let (host, port) = value
@@ -76,17 +109,17 @@ pub fn check_address(value: &str) -> Result<(), String> {
         (Some(host), port)
     };
     match port.parse::<u16>() {
-        Ok(0) | Err(_) => return Err(format!("port {port:?} must be a number from 1 to 65535")),
+        Ok(0) | Err(_) => return Err(invalid!("port {port:?} must be a number from 1 to 65535")),
         Ok(_) => {}
     }
     if let Some(host) = host {
         let looks_numeric = host.bytes().all(|b| b.is_ascii_digit() || b == b'.');
         if looks_numeric {
             host.parse::<Ipv4Addr>()
-                .map_err(|_| format!("{host:?} is not an IPv4 address"))?;
+                .map_err(|_| invalid!("{host:?} is not an IPv4 address"))?;
         } else {
             check_dns_name(&host.to_ascii_lowercase())
-                .map_err(|why| format!("host {host:?}: {why}"))?;
+                .map_err(|why| invalid!("host {host:?}: {why}"))?;
         }
     }
     Ok(())
@@ -96,12 +129,12 @@ pub fn check_address(value: &str) -> Result<(), String> {
 /// `az://container[/prefix]` or `file:///absolute/path`. The URL must be printable ASCII
 /// without whitespace, backslashes, `?`, `#`, `@` or `%` (percent-encoding could hide a `..`);
 /// the prefix must pass [`check_backup_prefix`] (no path traversal). One trailing `/` is allowed.
-pub fn check_backup_url(value: &str) -> Result<(), String> {
+pub fn check_backup_url(value: &str) -> Result<(), Invalid> {
     if value.is_empty() {
         return Err("must not be empty".into());
     }
     if value.len() > MAX_URL_LEN {
-        return Err(format!("must be at most {MAX_URL_LEN} characters"));
+        return Err(invalid!("must be at most {MAX_URL_LEN} characters"));
     }
     if !value.bytes().all(|b| b.is_ascii_graphic()) || value.contains('\\') {
         return Err(
@@ -123,14 +156,14 @@ pub fn check_backup_url(value: &str) -> Result<(), String> {
     let path = match scheme {
         "s3" | "gs" | "az" => {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-            check_bucket(bucket).map_err(|why| format!("bucket {bucket:?} {why}"))?;
+            check_bucket(bucket).map_err(|why| invalid!("bucket {bucket:?} {why}"))?;
             prefix
         }
         "file" => rest
             .strip_prefix('/')
             .ok_or("file:// URLs must name an absolute path, like file:///var/lib/backups")?,
         other => {
-            return Err(format!(
+            return Err(invalid!(
                 "scheme {other:?} is not supported (use s3, gs, az or file)"
             ));
         }
@@ -147,15 +180,15 @@ pub fn check_backup_url(value: &str) -> Result<(), String> {
 /// etcd-backup-restore writes `v2/<snapshot>`. It may be empty; otherwise it is `/`-separated
 /// segments of printable ASCII, none of them empty, `.` or `..` (no path traversal, no absolute
 /// path), without backslashes, `?`, `#`, `@` or `%`, at most 1 024 characters in all.
-pub fn check_backup_prefix(value: &str) -> Result<(), String> {
+pub fn check_backup_prefix(value: &str) -> Result<(), Invalid> {
     if value.len() > MAX_URL_LEN {
-        return Err(format!("must be at most {MAX_URL_LEN} characters"));
+        return Err(invalid!("must be at most {MAX_URL_LEN} characters"));
     }
     if let Some(bad) = value
         .chars()
         .find(|&c| !c.is_ascii_graphic() || matches!(c, '\\' | '?' | '#' | '@' | '%'))
     {
-        return Err(format!(
+        return Err(invalid!(
             "must be printable ASCII without {bad:?} (no whitespace, control characters, '\\', '?', '#', '@' or '%')"
         ));
     }
@@ -176,7 +209,7 @@ pub fn check_backup_prefix(value: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn check_bucket(bucket: &str) -> Result<(), String> {
+fn check_bucket(bucket: &str) -> Result<(), Invalid> {
     if bucket.len() < 3 || bucket.len() > 63 {
         return Err("must be 3 to 63 characters".into());
     }
@@ -196,15 +229,15 @@ fn check_bucket(bucket: &str) -> Result<(), String> {
 /// characters, and none of the invisible characters that change how the text around them is
 /// shown (see [`is_invisible_format`]): history is read in terminals, where a right-to-left
 /// override can make `ringd/a` appear as someone else.
-pub fn check_text(value: &str) -> Result<(), String> {
+pub fn check_text(value: &str) -> Result<(), Invalid> {
     if value.len() > MAX_TEXT_LEN {
-        return Err(format!("must be at most {MAX_TEXT_LEN} bytes"));
+        return Err(invalid!("must be at most {MAX_TEXT_LEN} bytes"));
     }
     if value.chars().any(char::is_control) {
         return Err("must not contain control characters".into());
     }
     if let Some(c) = value.chars().find(|&c| is_invisible_format(c)) {
-        return Err(format!(
+        return Err(invalid!(
             "must not contain invisible formatting characters such as U+{:04X} (bidirectional controls, zero-width characters)",
             u32::from(c)
         ));
@@ -228,9 +261,9 @@ pub fn is_invisible_format(c: char) -> bool {
 }
 
 /// Checks a DNS TTL in seconds: from [`MIN_TTL_S`] (1) to [`MAX_TTL_S`] (one day).
-pub fn check_ttl(ttl_s: u32) -> Result<(), String> {
+pub fn check_ttl(ttl_s: u32) -> Result<(), Invalid> {
     if !(MIN_TTL_S..=MAX_TTL_S).contains(&ttl_s) {
-        return Err(format!(
+        return Err(invalid!(
             "TTL {ttl_s} s must be from {MIN_TTL_S} to {MAX_TTL_S} seconds"
         ));
     }
@@ -242,18 +275,18 @@ pub fn check_ttl(ttl_s: u32) -> Result<(), String> {
 /// and the name's last labels must be the zone's labels. Labels are compared whole, so
 /// `evilexample.com` is not inside `example.com`, and the apex (`example.com` itself) is not
 /// below it either.
-pub fn check_name_in_zone(name: &str, zone: &str) -> Result<(), String> {
+pub fn check_name_in_zone(name: &str, zone: &str) -> Result<(), Invalid> {
     if name.len() > MAX_DNS_NAME_LEN || zone.len() > MAX_DNS_NAME_LEN {
-        return Err(format!(
+        return Err(invalid!(
             "name and zone must be at most {MAX_DNS_NAME_LEN} characters"
         ));
     }
     let zone = zone.to_ascii_lowercase();
-    check_dns_name(&zone).map_err(|why| format!("zone {zone:?}: {why}"))?;
+    check_dns_name(&zone).map_err(|why| invalid!("zone {zone:?}: {why}"))?;
     let name = name.to_ascii_lowercase();
     check_dns_name(&name)?;
     if name == zone {
-        return Err(format!(
+        return Err(invalid!(
             "is the apex of zone {zone}; only names below the apex are accepted"
         ));
     }
@@ -261,7 +294,7 @@ pub fn check_name_in_zone(name: &str, zone: &str) -> Result<(), String> {
     // end is a match of whole labels.
     match name.strip_suffix(&zone) {
         Some(rest) if rest.ends_with('.') => Ok(()),
-        _ => Err(format!("is not inside zone {zone}")),
+        _ => Err(invalid!("is not inside zone {zone}")),
     }
 }
 
@@ -269,7 +302,7 @@ pub fn check_name_in_zone(name: &str, zone: &str) -> Result<(), String> {
 pub fn require(
     field: &str,
     value: &str,
-    check: fn(&str) -> Result<(), String>,
+    check: fn(&str) -> Result<(), Invalid>,
 ) -> Result<(), CommandError> {
     check(value).map_err(|why| CommandError::invalid(field, value, why))
 }

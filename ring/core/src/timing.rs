@@ -4,6 +4,10 @@
 //! judgement of a member's health ([`crate::health::judge`]) and the simulation are functions
 //! of them. DESIGN.md rule 2: `member_lost_ms > lease_ms + fence_ms + clock_margin_ms`; `ringd`
 //! refuses a configuration that breaks it.
+//!
+//! Every interval the ring derives from these numbers is a method here, named with its unit,
+//! so that one place says how, and with which floor: the agent's renewals, the etcd driver's
+//! health checks and self-fencing, the leader's duties, the waits of the Admin API.
 
 use serde::{Deserialize, Serialize};
 
@@ -60,5 +64,107 @@ impl Timing {
             fence_ms: 500,
             clock_margin_ms: 200,
         }
+    }
+}
+
+/// Intervals derived from the timings, in milliseconds. Floors keep loopback timings (tests,
+/// the demo) from turning into busy loops.
+impl Timing {
+    /// How often a member asks the leader to renew its lease: four times per lease (so three
+    /// renewals may fail before it runs out), at least every 10 ms.
+    pub fn renew_interval_ms(&self) -> u64 {
+        (self.lease_ms / 4).max(10)
+    }
+
+    /// How long one renewal may take before the agent gives up on it: half a lease.
+    pub fn renew_timeout_ms(&self) -> u64 {
+        self.lease_ms / 2
+    }
+
+    /// How long a freshly started `ringd` waits before its first renewal: a lease and the
+    /// fence time, so that guards a previous run left behind have stopped their workloads.
+    pub fn start_fence_wait_ms(&self) -> u64 {
+        self.lease_ms + self.fence_ms
+    }
+
+    /// How long after the last lease a former host could have been granted it has surely
+    /// stopped serving: lease + fence + clock margin (DESIGN.md rule 2).
+    pub fn fence_wait_ms(&self) -> u64 {
+        self.lease_ms + self.fence_ms + self.clock_margin_ms
+    }
+
+    /// How long before an unrenewed lease runs out a host stops a workload itself, so that its
+    /// final snapshot is taken while etcd still runs: a quarter of the lease, at least 50 ms.
+    pub fn self_fence_margin_ms(&self) -> u64 {
+        (self.lease_ms / 4).max(50)
+    }
+
+    /// How often a workload's health is checked: a quarter of the lease, at least 50 ms.
+    pub fn workload_health_interval_ms(&self) -> u64 {
+        (self.lease_ms / 4).max(50)
+    }
+
+    /// Longest one request of a driver to its workload may take: half a lease, at least
+    /// 100 ms.
+    pub fn workload_request_timeout_ms(&self) -> u64 {
+        (self.lease_ms / 2).max(100)
+    }
+
+    /// How often the leader's duties run: every two heartbeats, at least every 20 ms.
+    pub fn duties_interval_ms(&self) -> u64 {
+        (self.heartbeat_ms * 2).max(20)
+    }
+
+    /// How long a request waits for a leader to be known (or to change): four of the longest
+    /// election timeouts.
+    pub fn leader_wait_ms(&self) -> u64 {
+        self.election_timeout_max_ms * 4
+    }
+
+    /// How long a leadership transfer may take: ten of the longest election timeouts.
+    pub fn leader_transfer_wait_ms(&self) -> u64 {
+        self.election_timeout_max_ms * 10
+    }
+
+    /// A leader not heard from for this long is reported as a problem: two of the longest
+    /// election timeouts.
+    pub fn leader_silence_ms(&self) -> u64 {
+        self.election_timeout_max_ms * 2
+    }
+
+    /// How long one probe of a peer may take (a member that lost the leader asks around, a
+    /// founder with an empty directory asks the others): the longest election timeout, at
+    /// least 500 ms.
+    pub fn probe_timeout_ms(&self) -> u64 {
+        self.election_timeout_max_ms.max(500)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_intervals_follow_the_timings_with_their_floors() {
+        let production = Timing::default();
+        assert_eq!(production.renew_interval_ms(), 1_000);
+        assert_eq!(production.renew_timeout_ms(), 2_000);
+        assert_eq!(production.self_fence_margin_ms(), 1_000);
+        assert_eq!(production.fence_wait_ms(), 7_000);
+        assert!(production.fence_wait_ms() < production.member_lost_ms);
+        assert_eq!(production.duties_interval_ms(), 500);
+        assert_eq!(production.leader_wait_ms(), 8_000);
+        let tiny = Timing {
+            lease_ms: 20,
+            heartbeat_ms: 1,
+            election_timeout_max_ms: 10,
+            ..Timing::loopback()
+        };
+        assert_eq!(tiny.renew_interval_ms(), 10);
+        assert_eq!(tiny.self_fence_margin_ms(), 50);
+        assert_eq!(tiny.workload_health_interval_ms(), 50);
+        assert_eq!(tiny.workload_request_timeout_ms(), 100);
+        assert_eq!(tiny.duties_interval_ms(), 20);
+        assert_eq!(tiny.probe_timeout_ms(), 500);
     }
 }

@@ -190,7 +190,7 @@ impl AdminClient {
                 }
                 Err(status)
                     if matches!(self.security, Security::Insecure)
-                        && (status.message().contains("h2 protocol error")
+                        && (std::error::Error::source(&status).is_some()
                             || matches!(status.code(), Code::Unknown | Code::Cancelled)) =>
                 {
                     // A TLS server dropping a plain-text client: the connection breaks before

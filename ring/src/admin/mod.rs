@@ -45,15 +45,41 @@ pub fn retry_safe(message: impl Into<String>) -> tonic::Status {
 
 /// True for failures where the request never reached a working server (used by the client to
 /// move to the next endpoint, and by a member forwarding to a leader that just died).
+///
+/// Decided by type, never by the message: tonic builds an `UNAVAILABLE` status on the client
+/// side from the transport's error (connection refused, TLS handshake, connection reset) and
+/// keeps that error as the status's source, while a status a server sent (for example "no
+/// leader yet, retry") is decoded from the response and has none.
 pub(crate) fn is_connection_failure(status: &tonic::Status) -> bool {
-    let message = status.message().to_ascii_lowercase();
-    status.code() == tonic::Code::Unavailable
-        && [
-            "transport error",
-            "connection",
-            "tcp connect",
-            "tls handshake",
-        ]
-        .iter()
-        .any(|m| message.contains(m))
+    status.code() == tonic::Code::Unavailable && std::error::Error::source(status).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_refused_connection_is_a_connection_failure_and_a_server_s_answer_is_not() {
+        // A port nothing listens on: bind one, learn its number, close it.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+            .unwrap()
+            .connect_lazy();
+        let mut client = crate::pb::admin_client::AdminClient::new(channel);
+        let status = client
+            .status(crate::pb::StatusRequest::default())
+            .await
+            .unwrap_err();
+        assert!(is_connection_failure(&status), "{status:?}");
+        // The same code and words, as a server would send them.
+        let sent = tonic::Status::unavailable(status.message().to_string());
+        assert!(!is_connection_failure(&sent), "{sent:?}");
+        assert!(!is_connection_failure(&retry_safe(
+            "transport error: no leader yet"
+        )));
+    }
 }

@@ -125,7 +125,7 @@ impl AdminService {
     /// Where a write must go: `None` when this member is the leader, else the leader. Waits
     /// (bounded) for a leader to be known.
     async fn route<T>(&self, request: &Request<T>) -> Result<Option<(NodeId, MemberNode)>, Status> {
-        let wait = Duration::from_millis(self.timing.election_timeout_max_ms * 4);
+        let wait = Duration::from_millis(self.timing.leader_wait_ms());
         let metrics = self
             .raft
             .wait(Some(wait))
@@ -230,7 +230,7 @@ impl AdminService {
     /// Waits (bounded) until a leader other than `old` is known; used when the leader a request
     /// was forwarded to cannot be reached (it may have just died).
     async fn wait_leader_change(&self, old: NodeId) {
-        let wait = Duration::from_millis(self.timing.election_timeout_max_ms * 4);
+        let wait = Duration::from_millis(self.timing.leader_wait_ms());
         let _ = self
             .raft
             .wait(Some(wait))
@@ -368,7 +368,7 @@ impl AdminService {
     /// Why the ring cannot act, as this member sees it; empty when it can.
     fn problem(&self, m: &RaftMetricsOf) -> String {
         const CONSEQUENCE: &str = "Nothing moves until a quorum is back, and control planes stop where their leases run out";
-        let stale_ms = self.timing.election_timeout_max_ms * 2;
+        let stale_ms = self.timing.leader_silence_ms();
         let membership = m.membership_config.membership();
         let voters: Vec<NodeId> = membership.voter_ids().collect();
         let majority = voters.len() / 2 + 1;
@@ -903,7 +903,7 @@ impl Admin for AdminService {
             .transfer_leader(to)
             .await
             .map_err(|e| Status::unavailable(format!("leader transfer: {e}")))?;
-        let wait = Duration::from_millis(self.timing.election_timeout_max_ms * 10);
+        let wait = Duration::from_millis(self.timing.leader_transfer_wait_ms());
         self.raft
             .wait(Some(wait))
             .current_leader(to, "leader transfer")

@@ -82,9 +82,9 @@ impl Workloads {
     pub fn from_config(config: &Config) -> Result<Self, DriverError> {
         let mut workloads = Self::new(&config.name, config.driver.clone(), config.timing.fence_ms);
         if config.driver.kind == DriverKind::Etcd {
-            let bin_dir = config.etcd_bin_dir().map_err(|why| DriverError::Spawn {
+            let bin_dir = config.etcd_bin_dir().map_err(|e| DriverError::Spawn {
                 command: "etcd".into(),
-                why,
+                why: e.to_string(),
             })?;
             workloads.etcd = Some(Arc::new(EtcdRuntime {
                 member: config.name.clone(),
@@ -93,8 +93,7 @@ impl Workloads {
                 settings: config.driver.etcd.clone(),
                 backup: config.backup.clone(),
                 guard_binary: workloads.guard_binary.clone(),
-                fence_ms: config.timing.fence_ms,
-                lease_ms: config.timing.lease_ms,
+                timing: config.timing.clone(),
                 snapshots: workloads.snapshots.clone(),
                 backups: workloads.backups.clone(),
             }));
@@ -119,11 +118,6 @@ impl Workloads {
         running: &BTreeMap<String, u64>,
     ) -> BTreeMap<String, crate::core::backup_report::BackupReport> {
         self.backups.at_epochs(running)
-    }
-
-    /// How long a workload may take to stop after its deadline.
-    pub fn fence_ms(&self) -> u64 {
-        self.fence_ms
     }
 
     fn env(&self, cmd: &mut Command, target: &Target, action: &str) {

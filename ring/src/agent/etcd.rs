@@ -30,7 +30,7 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -42,7 +42,7 @@ use super::etcd_backups::{Backups, Stored};
 pub use super::etcd_runtime::{EtcdRuntime, SnapshotTimes};
 use super::gate::Gate;
 use super::lease::lease_runs_out;
-use super::workload::{Guard, Target};
+use super::workload::{DriverError, Guard, Target};
 use crate::backup::copy::{CopyOptions, CopyProgress};
 use crate::backup::etcd::{EtcdClient, EtcdClientOptions};
 use crate::backup::location::BackupLocation;
@@ -240,6 +240,67 @@ enum Ending {
     Exited(String),
 }
 
+/// Why an instance ended without serving, or stopped serving by itself. The instance is gone
+/// either way; the member's next renewal reports the control plane not running, and the
+/// leader's grant decides what happens next. (Within `prepare`, what may succeed later is
+/// retried by [`Prepare::Retry`] before it ever becomes one of these.)
+#[derive(Debug, thiserror::Error)]
+enum InstanceError {
+    /// Told to stop while preparing the data.
+    #[error("stopped while preparing")]
+    StoppedWhilePreparing,
+    /// The lease ran out while preparing the data.
+    #[error("the lease ran out while preparing")]
+    LeaseRanOut,
+    /// Preparing the data failed for good (see the migration's note).
+    #[error("{0}")]
+    Prepare(String),
+    /// A local file-system operation failed.
+    #[error("cannot {what} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// On what.
+        path: PathBuf,
+        /// The OS's error.
+        source: std::io::Error,
+    },
+    /// No free loopback port for etcd.
+    #[error("cannot find a free port on 127.0.0.1: {0}")]
+    NoPort(std::io::Error),
+    /// The control plane's endpoint does not resolve.
+    #[error("cannot resolve endpoint {endpoint}: {source}")]
+    Resolve {
+        /// The endpoint.
+        endpoint: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The endpoint resolves to nothing.
+    #[error("endpoint {0} resolves to no address")]
+    NoAddress(String),
+    /// etcd could not be started under its guard.
+    #[error(transparent)]
+    Spawn(#[from] DriverError),
+    /// etcd exited before it answered.
+    #[error("etcd exited while starting: {0}")]
+    ExitedWhileStarting(String),
+    /// etcd did not answer in time.
+    #[error("etcd did not answer on {client_url} within {timeout_ms} ms")]
+    StartTimeout {
+        /// Where it was asked.
+        client_url: String,
+        /// How long it had.
+        timeout_ms: u64,
+    },
+    /// The control plane's public endpoint could not be opened.
+    #[error(transparent)]
+    Gate(#[from] super::gate::GateError),
+    /// This member's backup location is unusable.
+    #[error(transparent)]
+    Location(#[from] crate::backup::location::LocationError),
+}
+
 async fn run(
     runtime: Arc<EtcdRuntime>,
     target: Target,
@@ -262,8 +323,8 @@ async fn run(
     if !dir.join("etcd").is_dir() {
         let prepared = tokio::select! {
             prepared = prepare(&runtime, &target, &shared) => prepared,
-            _ = stopped(&mut stop) => Err("stopped while preparing".to_string()),
-            _ = lease_runs_out(&mut deadline, 0) => Err("the lease ran out while preparing".to_string()),
+            _ = stopped(&mut stop) => Err(InstanceError::StoppedWhilePreparing),
+            _ = lease_runs_out(&mut deadline, 0) => Err(InstanceError::LeaseRanOut),
         };
         if let Err(why) = prepared {
             tracing::warn!("not started: {why}");
@@ -293,14 +354,18 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 }
 
 /// Prepares the data of `target` at its epoch, retrying what may succeed later.
-async fn prepare(runtime: &EtcdRuntime, target: &Target, shared: &Shared) -> Result<(), String> {
+async fn prepare(
+    runtime: &EtcdRuntime,
+    target: &Target,
+    shared: &Shared,
+) -> Result<(), InstanceError> {
     let mut backoff_ms = FIRST_PREPARE_BACKOFF_MS;
     loop {
         match prepare_once(runtime, target, shared).await {
             Ok(()) => return Ok(()),
             Err(Prepare::Fatal(why)) => {
                 shared.note(why.clone());
-                return Err(why);
+                return Err(InstanceError::Prepare(why));
             }
             Err(Prepare::Retry(why)) => {
                 tracing::warn!("preparing the data: {why}; again in {backoff_ms} ms");
@@ -495,40 +560,51 @@ async fn prepare_once(
 }
 
 /// Creates `dir` readable by this user only, as etcd wants its data directory.
-fn create_private_dir(dir: &Path) -> Result<(), String> {
+fn create_private_dir(dir: &Path) -> Result<(), InstanceError> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
-        .map_err(|e| format!("cannot create {}: {e}", dir.display()))
+        .map_err(|source| InstanceError::Io {
+            what: "create",
+            path: dir.to_path_buf(),
+            source,
+        })
 }
 
-fn remove_dir_if_there(dir: &Path) -> Result<(), String> {
+fn remove_dir_if_there(dir: &Path) -> Result<(), InstanceError> {
     match std::fs::remove_dir_all(dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("cannot remove {}: {e}", dir.display())),
+        Err(source) => Err(InstanceError::Io {
+            what: "remove",
+            path: dir.to_path_buf(),
+            source,
+        }),
     }
 }
 
 /// A free TCP port on loopback (the OS picks it; etcd binds it a moment later).
-fn free_port() -> Result<u16, String> {
+fn free_port() -> Result<u16, InstanceError> {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .map_err(|e| format!("cannot find a free port on 127.0.0.1: {e}"))
+        .map_err(InstanceError::NoPort)
 }
 
-async fn resolve(endpoint: &str) -> Result<SocketAddr, String> {
+async fn resolve(endpoint: &str) -> Result<SocketAddr, InstanceError> {
     if let Ok(address) = endpoint.parse() {
         return Ok(address);
     }
     tokio::net::lookup_host(endpoint)
         .await
-        .map_err(|e| format!("cannot resolve endpoint {endpoint}: {e}"))?
+        .map_err(|source| InstanceError::Resolve {
+            endpoint: endpoint.to_string(),
+            source,
+        })?
         .next()
-        .ok_or_else(|| format!("endpoint {endpoint} resolves to no address"))
+        .ok_or_else(|| InstanceError::NoAddress(endpoint.to_string()))
 }
 
 /// Starts etcd on the prepared data, serves it until told to stop, then stops it.
@@ -538,7 +614,7 @@ async fn serve(
     shared: &Shared,
     deadline: &mut watch::Receiver<u64>,
     stop: &mut watch::Receiver<bool>,
-) -> Result<Ending, String> {
+) -> Result<Ending, InstanceError> {
     let name = &target.name;
     let epoch = target.epoch;
     let public = resolve(&target.endpoint).await?;
@@ -576,30 +652,29 @@ async fn serve(
     let deadline_ms = *deadline.borrow();
     let mut guard = Guard::spawn(
         &runtime.guard_binary,
-        runtime.fence_ms,
+        runtime.timing.fence_ms,
         &argv,
         &env,
         deadline_ms,
         name,
         epoch,
     )
-    .await
-    .map_err(|e| e.to_string())?;
+    .await?;
 
     // Wait until etcd answers.
     let client_options = EtcdClientOptions {
         connect_timeout_ms: 500,
-        request_timeout_ms: (runtime.lease_ms / 2).max(100),
+        request_timeout_ms: runtime.timing.workload_request_timeout_ms(),
         ..EtcdClientOptions::default()
     };
     let started = monotonic_ms();
     let client = loop {
         if stop.has_changed().unwrap_or(true) && *stop.borrow() {
-            guard.stop(runtime.fence_ms).await;
+            guard.stop(runtime.timing.fence_ms).await;
             return Ok(Ending::Stopped);
         }
         if let Some(status) = guard.exited() {
-            return Err(format!("etcd exited while starting: {status}"));
+            return Err(InstanceError::ExitedWhileStarting(status));
         }
         if deadline.has_changed().unwrap_or(false) {
             let d = *deadline.borrow_and_update();
@@ -611,11 +686,11 @@ async fn serve(
             break client;
         }
         if monotonic_ms() - started > runtime.settings.start_timeout_ms {
-            guard.stop(runtime.fence_ms).await;
-            return Err(format!(
-                "etcd did not answer on {client_url} within {} ms",
-                runtime.settings.start_timeout_ms
-            ));
+            guard.stop(runtime.timing.fence_ms).await;
+            return Err(InstanceError::StartTimeout {
+                client_url,
+                timeout_ms: runtime.settings.start_timeout_ms,
+            });
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
@@ -628,8 +703,8 @@ async fn serve(
     {
         Ok(gate) => gate,
         Err(e) => {
-            guard.stop(runtime.fence_ms).await;
-            return Err(e.to_string());
+            guard.stop(runtime.timing.fence_ms).await;
+            return Err(InstanceError::Gate(e));
         }
     };
     *shared.gate.lock().await = Some(gate);
@@ -638,7 +713,7 @@ async fn serve(
     tracing::info!("etcd serves on {public} (data in {})", dir.display());
     remove_older_epochs(runtime, name, epoch);
 
-    let own = BackupLocation::parse(&target.backup, &runtime.backup).map_err(|e| e.to_string())?;
+    let own = BackupLocation::parse(&target.backup, &runtime.backup)?;
     let mut backups = Backups::new(runtime.clone(), target.clone(), client.clone(), own);
     let full_interval = Duration::from_millis(runtime.settings.full_snapshot_interval_ms);
     let delta_period_ms = runtime.settings.delta_snapshot_period_ms;
@@ -648,9 +723,11 @@ async fn serve(
     let mut next_full = tokio::time::Instant::now();
     let mut next_delta = tokio::time::Instant::now() + delta_period;
     let mut last_cut_failed = false;
-    let mut health = tokio::time::interval(Duration::from_millis((runtime.lease_ms / 4).max(50)));
+    let mut health = tokio::time::interval(Duration::from_millis(
+        runtime.timing.workload_health_interval_ms(),
+    ));
     health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let margin_ms = runtime.self_fence_margin_ms();
+    let margin_ms = runtime.timing.self_fence_margin_ms();
     let mut deadline_for_guard = deadline.clone();
     let ending = loop {
         tokio::select! {
@@ -744,7 +821,7 @@ async fn serve(
             tracing::warn!("etcd exited ({status}); no final snapshot")
         }
     }
-    guard.stop(runtime.fence_ms).await;
+    guard.stop(runtime.timing.fence_ms).await;
     Ok(ending)
 }
 

@@ -129,7 +129,7 @@ impl Backups {
         &mut self,
         deadline: &watch::Receiver<u64>,
         final_: bool,
-    ) -> Result<Stored, String> {
+    ) -> Result<Stored, StoreError> {
         let stored = self.store_checked(deadline, Stage::Full { final_ }).await?;
         if let Stored::Taken(taken) = &stored {
             self.covered = taken.revision;
@@ -238,7 +238,7 @@ impl Backups {
         &mut self,
         deadline: &watch::Receiver<u64>,
         final_: bool,
-    ) -> Result<Stored, String> {
+    ) -> Result<Stored, StoreError> {
         if self.pending.is_empty() {
             if self.watch.is_some() {
                 self.up_to_date_unix_ms = unix_ms();
@@ -269,7 +269,7 @@ impl Backups {
         &mut self,
         deadline: &watch::Receiver<u64>,
         wait_ms: u64,
-    ) -> Result<Stored, String> {
+    ) -> Result<Stored, StoreError> {
         if !self.deltas_enabled() || self.watch.is_none() {
             return self.full(deadline, true).await;
         }
@@ -320,7 +320,7 @@ impl Backups {
         &self,
         deadline: &watch::Receiver<u64>,
         stage: Stage,
-    ) -> Result<Stored, String> {
+    ) -> Result<Stored, StoreError> {
         let store = self.own.store();
         if let Some(lost) = self.lost_ownership(deadline).await? {
             return Ok(Stored::Lost(lost));
@@ -328,27 +328,29 @@ impl Backups {
         let at_ms = unix_ms();
         let compress = self.runtime.settings.compress;
         let staged: StagedSnapshot = match stage {
-            Stage::Full { final_ } => stage_full_snapshot(
-                &self.client,
-                &store,
-                self.own.prefix(),
-                at_ms / 1000,
-                final_,
-                compress,
-            )
-            .await
-            .map_err(|e| e.to_string())?,
-            Stage::Delta { final_ } => stage_delta_snapshot(
-                &store,
-                self.own.prefix(),
-                self.covered + 1,
-                &self.pending,
-                at_ms / 1000,
-                final_,
-                compress,
-            )
-            .await
-            .map_err(|e| e.to_string())?,
+            Stage::Full { final_ } => {
+                stage_full_snapshot(
+                    &self.client,
+                    &store,
+                    self.own.prefix(),
+                    at_ms / 1000,
+                    final_,
+                    compress,
+                )
+                .await?
+            }
+            Stage::Delta { final_ } => {
+                stage_delta_snapshot(
+                    &store,
+                    self.own.prefix(),
+                    self.covered + 1,
+                    &self.pending,
+                    at_ms / 1000,
+                    final_,
+                    compress,
+                )
+                .await?
+            }
         };
         if let Some(lost) = self.lost_ownership(deadline).await? {
             if let Err(e) = staged.abort().await {
@@ -356,7 +358,7 @@ impl Backups {
             }
             return Ok(Stored::Lost(lost));
         }
-        let taken = staged.complete().await.map_err(|e| e.to_string())?;
+        let taken = staged.complete().await?;
         self.runtime
             .snapshots
             .taken(&self.target.name, self.target.epoch, at_ms);
@@ -368,7 +370,7 @@ impl Backups {
     async fn lost_ownership(
         &self,
         deadline: &watch::Receiver<u64>,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Option<String>, StoreError> {
         let target = &self.target;
         if lease_ran_out(deadline) {
             return Ok(Some(format!(
@@ -376,9 +378,7 @@ impl Backups {
                 target.epoch
             )));
         }
-        let marker = marker::read(&self.own.store(), self.own.prefix())
-            .await
-            .map_err(|e| e.to_string())?;
+        let marker = marker::read(&self.own.store(), self.own.prefix()).await?;
         Ok(
             match Marker::ownership(marker.as_ref(), &self.runtime.member, target.epoch) {
                 Ownership::Lost { to, epoch } => Some(format!(
@@ -389,6 +389,19 @@ impl Backups {
             },
         )
     }
+}
+
+/// Why a snapshot was not stored; the events stay for the next attempt (a delta at the next
+/// period, a full snapshot at its retry). Ownership lost is not an error: it is
+/// [`Stored::Lost`].
+#[derive(Debug, thiserror::Error)]
+pub(super) enum StoreError {
+    /// Taking or uploading the snapshot failed (etcd, the object store).
+    #[error(transparent)]
+    Snapshot(#[from] crate::backup::snapshot::SnapshotError),
+    /// The location's marker could not be read (the object store).
+    #[error(transparent)]
+    Marker(#[from] crate::backup::marker::MarkerError),
 }
 
 /// What [`Backups::store_checked`] uploads.

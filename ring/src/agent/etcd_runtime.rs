@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use super::backup_status::BackupStatuses;
 use crate::config::{BackupSettings, EtcdDriverSettings};
+use crate::core::Timing;
 
 /// What every instance of one member shares: where the binaries and data are, how backups
 /// are reached, the guard, and the timings.
@@ -25,10 +26,9 @@ pub struct EtcdRuntime {
     pub backup: BackupSettings,
     /// The `ring-guard` binary.
     pub guard_binary: PathBuf,
-    /// How long a workload may take to stop after its deadline.
-    pub fence_ms: u64,
-    /// The lease length.
-    pub lease_ms: u64,
+    /// The ring's timings (`fence_ms`: how long a workload may take to stop after its
+    /// deadline; the lease, and the intervals derived from it).
+    pub timing: Timing,
     /// When each instance last took a snapshot (for `/metrics`).
     pub snapshots: Arc<SnapshotTimes>,
     /// Each instance's newest backup report (for the lease renewals and `/metrics`).
@@ -70,12 +70,6 @@ impl SnapshotTimes {
 }
 
 impl EtcdRuntime {
-    /// How long before an unrenewed lease runs out the instance stops itself, so its final
-    /// snapshot is taken while etcd still runs: a quarter of the lease (at least 50 ms).
-    pub fn self_fence_margin_ms(&self) -> u64 {
-        (self.lease_ms / 4).max(50)
-    }
-
     pub(super) fn epoch_dir(&self, name: &str, epoch: u64) -> PathBuf {
         self.data_root.join(name).join(format!("epoch-{epoch}"))
     }

@@ -23,6 +23,7 @@ use openraft::type_config::async_runtime::watch::WatchReceiver;
 use tokio::sync::watch;
 use tracing::Instrument as _;
 
+use crate::core::Timing;
 use crate::core::agent::{Action, Grant, Memory, reconcile};
 use crate::leases::LeaseDesk;
 use crate::raft::network::PeerNetwork;
@@ -30,6 +31,29 @@ use crate::raft::types::{RenewReply, RenewRequest};
 use crate::raft::{NodeId, RaftNode, StateMachineStore};
 use crate::time::monotonic_ms;
 use driver::{Target, Workloads};
+
+/// Why a lease renewal failed; the member keeps what runs until the current lease runs out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RenewError {
+    /// No leader is known.
+    #[error("no leader known")]
+    NoLeader,
+    /// This member leads, and its own lease desk did not answer in time.
+    #[error("timed out")]
+    TimedOut,
+    /// This member leads, and its own lease desk refused (e.g. leadership is moving).
+    #[error("{0}")]
+    Refused(String),
+    /// The leader's address is not known yet.
+    #[error("leader {leader} has no address yet")]
+    NoAddress {
+        /// The leader's id.
+        leader: NodeId,
+    },
+    /// The call to the leader failed.
+    #[error(transparent)]
+    Peer(#[from] crate::raft::network::CallError),
+}
 
 /// One member's agent.
 pub struct Agent {
@@ -41,13 +65,13 @@ pub struct Agent {
     desk: Arc<LeaseDesk>,
     workloads: Workloads,
     memory: Memory,
-    lease_ms: u64,
+    timing: Timing,
     last_error: Option<String>,
     own: Arc<OwnLease>,
 }
 
 impl Agent {
-    /// The agent of member `me` (named `name`), with leases of at most `lease_ms`.
+    /// The agent of member `me` (named `name`), with leases of at most `timing.lease_ms`.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         me: NodeId,
@@ -57,7 +81,7 @@ impl Agent {
         network: PeerNetwork,
         desk: Arc<LeaseDesk>,
         workloads: Workloads,
-        lease_ms: u64,
+        timing: Timing,
     ) -> Self {
         Self {
             me,
@@ -68,7 +92,7 @@ impl Agent {
             desk,
             workloads,
             memory: Memory::default(),
-            lease_ms,
+            timing,
             last_error: None,
             own: Arc::default(),
         }
@@ -79,30 +103,31 @@ impl Agent {
         self.own.clone()
     }
 
-    /// How often the lease is renewed: four times per lease.
+    /// How often the lease is renewed ([`Timing::renew_interval_ms`]).
     pub fn renew_interval(&self) -> Duration {
-        Duration::from_millis((self.lease_ms / 4).max(10))
+        Duration::from_millis(self.timing.renew_interval_ms())
     }
 
-    async fn renew(&self, request: RenewRequest) -> Result<RenewReply, String> {
-        let timeout = Duration::from_millis(self.lease_ms / 2);
+    async fn renew(&self, request: RenewRequest) -> Result<RenewReply, RenewError> {
+        let timeout = Duration::from_millis(self.timing.renew_timeout_ms());
         let (leader, node) = {
             let m = self.raft.metrics().borrow_watched().clone();
-            let leader = m.current_leader.ok_or("no leader known")?;
+            let leader = m.current_leader.ok_or(RenewError::NoLeader)?;
             let node = m.membership_config.membership().get_node(&leader).cloned();
             (leader, node)
         };
         if leader == self.me {
             return tokio::time::timeout(timeout, self.desk.renew_lease(self.me, request))
                 .await
-                .map_err(|_| "timed out".to_string())?
-                .map_err(|s| s.message().to_string());
+                .map_err(|_| RenewError::TimedOut)?
+                .map_err(|s| RenewError::Refused(s.message().to_string()));
         }
-        let node = node.ok_or_else(|| format!("leader {leader} has no address yet"))?;
-        self.network
+        let node = node.ok_or(RenewError::NoAddress { leader })?;
+        Ok(self
+            .network
             .client(leader, &node)
             .renew(&request, timeout)
-            .await
+            .await?)
     }
 
     /// One round: renew, then act on the grant.
@@ -126,6 +151,7 @@ impl Agent {
                 r
             }
             Err(e) => {
+                let e = e.to_string();
                 if self.last_error.as_deref() != Some(e.as_str()) {
                     tracing::warn!(
                         "cannot renew the lease ({e}); what runs here stops when the current lease runs out"
@@ -137,7 +163,7 @@ impl Agent {
         };
         let grant = Grant {
             sent_at_ms,
-            lease_ms: reply.lease_ms.min(self.lease_ms),
+            lease_ms: reply.lease_ms.min(self.timing.lease_ms),
             control_planes: reply.granted,
         };
         if grant.deadline_ms() <= monotonic_ms() {
@@ -194,7 +220,7 @@ impl Agent {
 /// have left guards running workloads under a lease this run knows nothing of; they are gone
 /// by then, so this run's first renewal can truthfully say what runs here.
 pub async fn run(mut agent: Agent, mut stopped: watch::Receiver<bool>) {
-    let wait = Duration::from_millis(agent.lease_ms + agent.workloads.fence_ms());
+    let wait = Duration::from_millis(agent.timing.start_fence_wait_ms());
     tracing::info!(
         "waiting {} ms for leases a previous run may still hold before serving",
         wait.as_millis()

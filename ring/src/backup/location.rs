@@ -35,6 +35,7 @@ use object_store::{BackoffConfig, ClientOptions, RetryConfig};
 
 use crate::config::BackupSettings;
 use crate::core::backup_name::BackupPrefix;
+use crate::core::names::Invalid;
 use crate::core::names::check_backup_url;
 use crate::secret::{MAX_SECRET_BYTES, Secret, SecretError};
 
@@ -134,7 +135,7 @@ impl BackupLocation {
             url: redact_url(url),
             why,
         };
-        check_backup_url(url).map_err(bad)?;
+        check_backup_url(url).map_err(|why| bad(why.into()))?;
         // One trailing '/' is allowed; the canonical form has none ("file:///" keeps its root).
         let canonical = match url.strip_suffix('/') {
             Some(trimmed) if !trimmed.ends_with("://") && !trimmed.ends_with(":/") => trimmed,
@@ -353,50 +354,52 @@ impl S3Credentials {
             SecretError::Read { why, .. } => fail(format!("cannot be read: {why}")),
             other => fail(other.to_string()),
         })?;
-        Self::parse(secret.expose()).map_err(fail)
+        Self::parse(secret.expose()).map_err(|why| fail(why.into()))
     }
 
     /// Parses the file's content; errors never quote it (only line numbers and key names).
-    fn parse(bytes: &[u8]) -> Result<Self, String> {
-        let text = std::str::from_utf8(bytes).map_err(|_| "is not UTF-8 text".to_string())?;
+    fn parse(bytes: &[u8]) -> Result<Self, Invalid> {
+        let text = std::str::from_utf8(bytes).map_err(|_| Invalid::from("is not UTF-8 text"))?;
         // toml's own messages quote the offending line, which may hold a secret: report only
         // where the problem is.
         let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
             let line = e
                 .span()
                 .map(|span| text[..span.start.min(text.len())].lines().count().max(1));
-            match line {
+            Invalid(match line {
                 Some(line) => format!(
                     "is not valid TOML (line {line}); expected access_key_id = \"...\" and secret_access_key = \"...\""
                 ),
                 None => "is not valid TOML; expected access_key_id = \"...\" and secret_access_key = \"...\"".into(),
-            }
+            })
         })?;
         const KNOWN: [&str; 3] = ["access_key_id", "secret_access_key", "session_token"];
         if let Some(unknown) = table.keys().find(|k| !KNOWN.contains(&k.as_str())) {
-            return Err(format!(
+            return Err(Invalid(format!(
                 "has an unknown key {:?} (expected access_key_id, secret_access_key and optionally session_token)",
                 crate::core::error::shorten(unknown)
-            ));
+            )));
         }
-        let value = |key: &str| -> Result<Option<String>, String> {
+        let value = |key: &str| -> Result<Option<String>, Invalid> {
             let Some(value) = table.get(key) else {
                 return Ok(None);
             };
             let text = value
                 .as_str()
-                .ok_or_else(|| format!("{key} must be a string"))?;
+                .ok_or_else(|| Invalid(format!("{key} must be a string")))?;
             if text.is_empty() || text.len() > MAX_CREDENTIAL_LEN {
-                return Err(format!(
+                return Err(Invalid(format!(
                     "{key} must be 1 to {MAX_CREDENTIAL_LEN} bytes long"
-                ));
+                )));
             }
             if !text.bytes().all(|b| b.is_ascii_graphic()) {
-                return Err(format!("{key} must be printable ASCII without whitespace"));
+                return Err(Invalid(format!(
+                    "{key} must be printable ASCII without whitespace"
+                )));
             }
             Ok(Some(text.to_string()))
         };
-        let required = |key: &str| value(key)?.ok_or_else(|| format!("has no {key}"));
+        let required = |key: &str| value(key)?.ok_or_else(|| Invalid(format!("has no {key}")));
         Ok(Self {
             access_key_id: required("access_key_id")?,
             secret_access_key: required("secret_access_key")?,
@@ -561,7 +564,7 @@ mod tests {
             (b"\xff\xfe", "not UTF-8"),
         ];
         for (text, expected) in cases {
-            let err = S3Credentials::parse(text).unwrap_err();
+            let err = S3Credentials::parse(text).unwrap_err().to_string();
             assert!(err.contains(expected), "{err} (expected {expected})");
             assert!(!err.contains("hunter2"), "{err}");
         }

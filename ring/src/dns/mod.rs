@@ -42,12 +42,12 @@ pub use crate::core::dns_records as records;
 /// The publisher for `settings`' provider: `None` for providers nobody pushes to.
 pub fn publisher(
     settings: &crate::config::DnsSettings,
-) -> Result<Option<Box<dyn keeper::Publisher>>, String> {
+) -> Result<Option<Box<dyn keeper::Publisher>>, rfc2136::SetupError> {
     match settings.provider {
         crate::config::DnsProvider::Builtin | crate::config::DnsProvider::Off => Ok(None),
         crate::config::DnsProvider::Rfc2136 => {
             let (Some(zone), Some(rfc2136)) = (&settings.zone, &settings.rfc2136) else {
-                return Err("provider rfc2136 needs dns.zone and [dns.rfc2136]".into());
+                return Err(rfc2136::SetupError::Incomplete);
             };
             let publisher = rfc2136::Rfc2136Publisher::new(
                 zone,

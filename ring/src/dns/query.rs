@@ -83,7 +83,7 @@ pub async fn observe(
     for record_type in types_for(desired) {
         match tokio::time::timeout(timeout, ask(server, name, *record_type)).await {
             Ok(Ok(found)) => values.extend(found),
-            Ok(Err(why)) => return Observed::Failed(why),
+            Ok(Err(why)) => return Observed::Failed(why.to_string()),
             Err(_) => {
                 return Observed::Failed(format!("no answer within {} ms", timeout.as_millis()));
             }
@@ -98,32 +98,94 @@ pub async fn observe(
     }
 }
 
+/// Why a server's answer could not be had (the keeper shows it and asks again later).
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    /// The name cannot be asked for.
+    #[error("{name:?} is not a DNS name: {why}")]
+    BadName {
+        /// The name.
+        name: String,
+        /// Why.
+        why: String,
+    },
+    /// The query does not encode.
+    #[error("{0}")]
+    Encode(String),
+    /// The query does not fit DNS's two-byte TCP length.
+    #[error("message too long for DNS")]
+    TooLong,
+    /// No UDP socket.
+    #[error("cannot open a UDP socket: {0}")]
+    Socket(std::io::Error),
+    /// Sending or receiving failed (`via` is " (UDP)", " (TCP)" or empty).
+    #[error("{server}{via}: {source}")]
+    Io {
+        /// The server.
+        server: SocketAddr,
+        /// The transport, for the message.
+        via: &'static str,
+        /// The OS's error.
+        source: std::io::Error,
+    },
+    /// The answer does not decode.
+    #[error("{server} sent an undecodable answer: {why}")]
+    Undecodable {
+        /// The server.
+        server: SocketAddr,
+        /// Why.
+        why: String,
+    },
+    /// The answer is to another question.
+    #[error("{server} answered another question (id {id})")]
+    WrongId {
+        /// The server.
+        server: SocketAddr,
+        /// The id it answered.
+        id: u16,
+    },
+    /// The server answered with an error code.
+    #[error("{server} answered {code}")]
+    Refused {
+        /// The server.
+        server: SocketAddr,
+        /// Its response code.
+        code: ResponseCode,
+    },
+}
+
 /// One question; the A, AAAA and CNAME values owned by `name` in the answer.
 async fn ask(
     server: SocketAddr,
     name: &str,
     record_type: RecordType,
-) -> Result<Vec<RecordValue>, String> {
-    let owner = Name::from_ascii(format!("{}.", name.trim_end_matches('.')))
-        .map_err(|e| format!("{name:?} is not a DNS name: {e}"))?;
+) -> Result<Vec<RecordValue>, QueryError> {
+    let owner = Name::from_ascii(format!("{}.", name.trim_end_matches('.'))).map_err(|e| {
+        QueryError::BadName {
+            name: name.to_string(),
+            why: e.to_string(),
+        }
+    })?;
     let id = query_id();
     let mut message = Message::new(id, MessageType::Query, OpCode::Query);
     message.add_query(Query::query(owner.clone(), record_type));
-    let bytes = message.to_vec().map_err(|e| e.to_string())?;
+    let bytes = message
+        .to_vec()
+        .map_err(|e| QueryError::Encode(e.to_string()))?;
     let mut reply = exchange_udp(server, &bytes).await?;
     if reply.metadata.truncation {
         reply = exchange_tcp(server, &bytes).await?;
     }
     if reply.metadata.id != id {
-        return Err(format!(
-            "{server} answered another question (id {})",
-            reply.metadata.id
-        ));
+        return Err(QueryError::WrongId {
+            server,
+            id: reply.metadata.id,
+        });
     }
     match reply.metadata.response_code {
         ResponseCode::NoError => {}
         ResponseCode::NXDomain => return Ok(Vec::new()),
-        code => return Err(format!("{server} answered {code}")),
+        code => return Err(QueryError::Refused { server, code }),
     }
     Ok(reply
         .answers
@@ -151,56 +213,53 @@ fn query_id() -> u16 {
     NEXT.fetch_add(1, Ordering::Relaxed).wrapping_add(seed)
 }
 
-async fn exchange_udp(server: SocketAddr, bytes: &[u8]) -> Result<Message, String> {
+fn undecodable(server: SocketAddr, e: impl std::fmt::Display) -> QueryError {
+    QueryError::Undecodable {
+        server,
+        why: e.to_string(),
+    }
+}
+
+async fn exchange_udp(server: SocketAddr, bytes: &[u8]) -> Result<Message, QueryError> {
     let local: SocketAddr = if server.is_ipv4() {
         "0.0.0.0:0".parse().expect("valid")
     } else {
         "[::]:0".parse().expect("valid")
     };
-    let socket = UdpSocket::bind(local)
-        .await
-        .map_err(|e| format!("cannot open a UDP socket: {e}"))?;
-    socket
-        .connect(server)
-        .await
-        .map_err(|e| format!("{server}: {e}"))?;
-    socket
-        .send(bytes)
-        .await
-        .map_err(|e| format!("{server}: {e}"))?;
+    let io = |via: &'static str| {
+        move |source| QueryError::Io {
+            server,
+            via,
+            source,
+        }
+    };
+    let socket = UdpSocket::bind(local).await.map_err(QueryError::Socket)?;
+    socket.connect(server).await.map_err(io(""))?;
+    socket.send(bytes).await.map_err(io(""))?;
     let mut buffer = vec![0; MAX_MESSAGE_BYTES];
-    let n = socket
-        .recv(&mut buffer)
-        .await
-        .map_err(|e| format!("{server} (UDP): {e}"))?;
-    Message::from_vec(&buffer[..n]).map_err(|e| format!("{server} sent an undecodable answer: {e}"))
+    let n = socket.recv(&mut buffer).await.map_err(io(" (UDP)"))?;
+    Message::from_vec(&buffer[..n]).map_err(|e| undecodable(server, e))
 }
 
 /// Sends one DNS message over TCP (RFC 1035 4.2.2: a two-byte length, then the message) and
 /// reads one back.
-pub async fn exchange_tcp(server: SocketAddr, bytes: &[u8]) -> Result<Message, String> {
-    let length = u16::try_from(bytes.len()).map_err(|_| "message too long for DNS".to_string())?;
-    let mut stream = TcpStream::connect(server)
-        .await
-        .map_err(|e| format!("{server} (TCP): {e}"))?;
+pub async fn exchange_tcp(server: SocketAddr, bytes: &[u8]) -> Result<Message, QueryError> {
+    let length = u16::try_from(bytes.len()).map_err(|_| QueryError::TooLong)?;
+    let io = |source| QueryError::Io {
+        server,
+        via: " (TCP)",
+        source,
+    };
+    let mut stream = TcpStream::connect(server).await.map_err(io)?;
     let mut framed = Vec::with_capacity(bytes.len() + 2);
     framed.extend_from_slice(&length.to_be_bytes());
     framed.extend_from_slice(bytes);
-    stream
-        .write_all(&framed)
-        .await
-        .map_err(|e| format!("{server} (TCP): {e}"))?;
+    stream.write_all(&framed).await.map_err(io)?;
     let mut length = [0u8; 2];
-    stream
-        .read_exact(&mut length)
-        .await
-        .map_err(|e| format!("{server} (TCP): {e}"))?;
+    stream.read_exact(&mut length).await.map_err(io)?;
     let mut buffer = vec![0; usize::from(u16::from_be_bytes(length))];
-    stream
-        .read_exact(&mut buffer)
-        .await
-        .map_err(|e| format!("{server} (TCP): {e}"))?;
-    Message::from_vec(&buffer).map_err(|e| format!("{server} sent an undecodable answer: {e}"))
+    stream.read_exact(&mut buffer).await.map_err(io)?;
+    Message::from_vec(&buffer).map_err(|e| undecodable(server, e))
 }
 
 #[cfg(test)]

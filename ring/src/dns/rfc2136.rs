@@ -323,7 +323,7 @@ impl Rfc2136Client {
             key: key.name().to_string(),
             why,
         };
-        let signer = key.signer().map_err(sign_error)?;
+        let signer = key.signer().map_err(|e| sign_error(e.to_string()))?;
         message
             .finalize(&signer, now_s)
             .map_err(|e| sign_error(e.to_string()))?;
@@ -505,6 +505,25 @@ pub struct Rfc2136Publisher {
     reload_key: bool,
 }
 
+/// Why the `rfc2136` provider cannot be set up (fatal: `ringd` does not start).
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// `dns.zone` or `[dns.rfc2136]` is missing.
+    #[error("provider rfc2136 needs dns.zone and [dns.rfc2136]")]
+    Incomplete,
+    /// The TSIG key file is unusable.
+    #[error(transparent)]
+    Key(#[from] super::tsig_key::TsigKeyError),
+    /// The zone is not a DNS name.
+    #[error("zone {zone:?}: {source}")]
+    Zone {
+        /// The zone as given.
+        zone: String,
+        /// Why.
+        source: super::update::UpdateError,
+    },
+}
+
 impl Rfc2136Publisher {
     /// Updates `zone` on `server`, signed with the key in `key_file`.
     pub fn new(
@@ -512,9 +531,12 @@ impl Rfc2136Publisher {
         server: SocketAddr,
         key_file: &Path,
         timeout: Duration,
-    ) -> Result<Self, String> {
-        let key = TsigKey::from_file(key_file).map_err(|e| e.to_string())?;
-        let builder = UpdateBuilder::new(zone).map_err(|e| format!("zone {zone:?}: {e}"))?;
+    ) -> Result<Self, SetupError> {
+        let key = TsigKey::from_file(key_file)?;
+        let builder = UpdateBuilder::new(zone).map_err(|source| SetupError::Zone {
+            zone: zone.to_string(),
+            source,
+        })?;
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos() as u16)

@@ -148,7 +148,7 @@ impl Handler {
         &self,
         request: &Request,
         mut response: R,
-    ) -> Result<ResponseInfo, String> {
+    ) -> Result<ResponseInfo, hickory_server::net::NetError> {
         let mut metadata = Metadata::response_from_request(&request.metadata);
         let mut builder = MessageResponseBuilder::from_message_request(request);
         let edns = request.edns.as_ref().map(|_| {
@@ -207,11 +207,8 @@ async fn send<'a, R: ResponseHandler>(
         impl Iterator<Item = &'a hickory_proto::rr::Record> + Send + 'a,
         impl Iterator<Item = &'a hickory_proto::rr::Record> + Send + 'a,
     >,
-) -> Result<ResponseInfo, String> {
-    response
-        .send_response(message)
-        .await
-        .map_err(|e| e.to_string())
+) -> Result<ResponseInfo, hickory_server::net::NetError> {
+    response.send_response(message).await
 }
 
 #[async_trait::async_trait]

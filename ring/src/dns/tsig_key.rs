@@ -25,6 +25,7 @@ use hickory_proto::rr::rdata::tsig::TsigAlgorithm;
 use hickory_proto::rr::{Name, TSigner};
 
 use crate::core::error::shorten;
+use crate::core::names::Invalid;
 use crate::secret::MAX_SECRET_BYTES;
 
 /// The only TSIG algorithm accepted, as BIND spells it.
@@ -89,14 +90,12 @@ impl TsigKey {
     /// Parses the text of a key file; `file` names it in errors.
     pub fn parse(text: &str, file: &Path) -> Result<Self, TsigKeyError> {
         let file = file.to_path_buf();
-        let tokens = tokenize(text).map_err(|why| TsigKeyError::NotAKeyFile {
+        let not_a_key_file = |why: Invalid| TsigKeyError::NotAKeyFile {
             file: file.clone(),
-            why,
-        })?;
-        let statements = parse_statements(&tokens).map_err(|why| TsigKeyError::NotAKeyFile {
-            file: file.clone(),
-            why,
-        })?;
+            why: why.into(),
+        };
+        let tokens = tokenize(text).map_err(not_a_key_file)?;
+        let statements = parse_statements(&tokens).map_err(not_a_key_file)?;
         let statement = match statements.as_slice() {
             [] => {
                 return Err(TsigKeyError::NotAKeyFile {
@@ -186,15 +185,14 @@ impl TsigKey {
     }
 
     /// hickory's signer for this key (hmac-sha256, fudge [`TSIG_FUDGE_S`]).
-    pub(crate) fn signer(&self) -> Result<TSigner, String> {
-        let name = Name::from_ascii(&self.name).map_err(|e| e.to_string())?;
-        TSigner::new(
+    pub(crate) fn signer(&self) -> Result<TSigner, SignerError> {
+        let name = Name::from_ascii(&self.name)?;
+        Ok(TSigner::new(
             self.secret.clone(),
             TsigAlgorithm::HmacSha256,
             name,
             TSIG_FUDGE_S,
-        )
-        .map_err(|e| e.to_string())
+        )?)
     }
 }
 
@@ -318,7 +316,25 @@ enum Token {
 type Located = (Token, usize);
 
 /// Splits BIND configuration text into tokens, dropping comments. Errors never quote the text.
-fn tokenize(text: &str) -> Result<Vec<Located>, String> {
+/// Why no signer can be made from a key.
+#[derive(Debug, thiserror::Error)]
+pub enum SignerError {
+    /// The key's name is not a DNS name.
+    #[error("{0}")]
+    Name(#[from] hickory_proto::ProtoError),
+    /// hickory refuses the key (its algorithm).
+    #[error("{0}")]
+    Key(#[from] hickory_proto::dnssec::DnsSecError),
+}
+
+/// An [`Invalid`] with a formatted reason: what is wrong with a key file's text.
+macro_rules! why {
+    ($($reason:tt)*) => {
+        Invalid(format!($($reason)*))
+    };
+}
+
+fn tokenize(text: &str) -> Result<Vec<Located>, Invalid> {
     let mut tokens = Vec::new();
     let mut chars = text.chars().peekable();
     let mut line = 1;
@@ -358,7 +374,7 @@ fn tokenize(text: &str) -> Result<Vec<Located>, String> {
                     previous = c;
                 }
                 if !closed {
-                    return Err(format!("line {start}: a /* comment is never closed"));
+                    return Err(why!("line {start}: a /* comment is never closed"));
                 }
             }
             '{' => tokens.push((Token::Open, line)),
@@ -387,7 +403,7 @@ fn tokenize(text: &str) -> Result<Vec<Located>, String> {
                     }
                 }
                 if !closed {
-                    return Err(format!("line {start}: a quoted string is never closed"));
+                    return Err(why!("line {start}: a quoted string is never closed"));
                 }
                 tokens.push((Token::Word { text, quoted: true }, start));
             }
@@ -422,14 +438,14 @@ struct KeyStatement {
 
 /// Reads a sequence of `key NAME { algorithm ALG; secret SECRET; };` statements. Errors name
 /// what was expected and the line, never the token found (it could be a secret).
-fn parse_statements(tokens: &[Located]) -> Result<Vec<KeyStatement>, String> {
+fn parse_statements(tokens: &[Located]) -> Result<Vec<KeyStatement>, Invalid> {
     let mut statements = Vec::new();
     let mut at = 0;
     let last_line = tokens.last().map_or(1, |(_, line)| *line);
-    let expect = |at: usize, what: &str| -> String {
+    let expect = |at: usize, what: &str| -> Invalid {
         match tokens.get(at) {
-            Some((_, line)) => format!("line {line}: expected {what}"),
-            None => format!("line {last_line}: the file ends where {what} was expected"),
+            Some((_, line)) => why!("line {line}: expected {what}"),
+            None => why!("line {last_line}: the file ends where {what} was expected"),
         }
     };
     let word = |at: usize| match tokens.get(at) {
@@ -472,13 +488,11 @@ fn parse_statements(tokens: &[Located]) -> Result<Vec<KeyStatement>, String> {
                 "algorithm" => &mut algorithm,
                 "secret" => &mut secret,
                 _ => {
-                    return Err(format!(
-                        "line {line}: expected `algorithm`, `secret` or `}}`"
-                    ));
+                    return Err(why!("line {line}: expected `algorithm`, `secret` or `}}`"));
                 }
             };
             if slot.is_some() {
-                return Err(format!("line {line}: `{clause}` is given twice"));
+                return Err(why!("line {line}: `{clause}` is given twice"));
             }
             at += 1;
             *slot = Some(word(at).ok_or_else(|| expect(at, &format!("a value after `{clause}`")))?);
@@ -494,8 +508,8 @@ fn parse_statements(tokens: &[Located]) -> Result<Vec<KeyStatement>, String> {
         }
         at += 1;
         let algorithm =
-            algorithm.ok_or_else(|| format!("key {:?} has no `algorithm`", shorten(&name)))?;
-        let secret = secret.ok_or_else(|| format!("key {:?} has no `secret`", shorten(&name)))?;
+            algorithm.ok_or_else(|| why!("key {:?} has no `algorithm`", shorten(&name)))?;
+        let secret = secret.ok_or_else(|| why!("key {:?} has no `secret`", shorten(&name)))?;
         statements.push(KeyStatement {
             name,
             algorithm,

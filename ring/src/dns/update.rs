@@ -192,7 +192,7 @@ impl UpdateBuilder {
             )));
         }
         let lower = zone.to_ascii_lowercase();
-        check_dns_name(&lower).map_err(zone_error)?;
+        check_dns_name(&lower).map_err(|why| zone_error(why.into()))?;
         let zone_name = fqdn(&lower)?;
         Ok(Self {
             zone: lower,
@@ -287,7 +287,7 @@ impl UpdateBuilder {
         let name = change.name.to_ascii_lowercase();
         let at_apex = name == self.zone;
         if !(at_apex && self.allow_apex) {
-            check_name_in_zone(&name, &self.zone).map_err(name_error)?;
+            check_name_in_zone(&name, &self.zone).map_err(|why| name_error(why.into()))?;
         }
         if change.value == RecordValue::Delete {
             return Ok(name);
@@ -296,7 +296,7 @@ impl UpdateBuilder {
             index,
             name: name.clone(),
             ttl_s: change.ttl_s,
-            why,
+            why: why.into(),
         })?;
         let address_error = |address: IpAddr, why: &str| UpdateError::Address {
             index,
@@ -350,7 +350,7 @@ impl UpdateBuilder {
                     )));
                 }
                 let target = target.to_ascii_lowercase();
-                check_dns_name(&target).map_err(&target_error)?;
+                check_dns_name(&target).map_err(|why| target_error(why.into()))?;
                 if target == name {
                     return Err(target_error("points at itself".into()));
                 }

@@ -43,8 +43,30 @@ pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
 /// How long to wait for a TCP connection to a peer.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Prefix of the status message a member sends to a peer whose id was retired.
+/// Prefix of the status message a member sends to a peer whose id was retired (for people
+/// and logs; peers decide by [`REMOVED_HEADER`]).
 pub const REMOVED_MARKER: &str = "member-removed";
+/// Metadata on the status a member sends to a peer whose id was retired (or that a recovery
+/// removed): the peer stops `ringd`. Decided by this header, never by the message text.
+pub const REMOVED_HEADER: &str = "x-ring-member-removed";
+
+/// The status that tells a peer it was removed from the ring: `FAILED_PRECONDITION`, the
+/// message starting with [`REMOVED_MARKER`], and [`REMOVED_HEADER`] set.
+pub fn removed_status(message: String) -> tonic::Status {
+    debug_assert!(message.starts_with(REMOVED_MARKER));
+    let mut status = tonic::Status::failed_precondition(message);
+    status.metadata_mut().insert(
+        REMOVED_HEADER,
+        tonic::metadata::MetadataValue::from_static("1"),
+    );
+    status
+}
+
+/// Whether `status` tells this member it was removed from the ring.
+pub fn is_removed(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::FailedPrecondition
+        && status.metadata().contains_key(REMOVED_HEADER)
+}
 
 /// A cached channel: (address, member name) it was made for, and the channel.
 type CachedChannel = ((String, String), Channel);
@@ -201,9 +223,16 @@ pub struct PeerClient {
     pipelined: bool,
 }
 
-/// How a failed call is reported to openraft.
-enum CallError {
+/// Why a call to a peer failed: it could not be reached (no connection, no answer in time:
+/// openraft's `Unreachable`, a retry may help once it is back), or it answered with a failure
+/// (a refusal, an answer that does not decode).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// No answer: connection refused or broken, timeout.
+    #[error("{0}")]
     Unreachable(String),
+    /// The peer answered, with a failure.
+    #[error("{0}")]
     Network(String),
 }
 
@@ -301,9 +330,7 @@ impl PeerClient {
             self.pool.mark_unreachable(self.target, &self.node, &why);
             return CallError::Unreachable(why);
         }
-        if status.code() == tonic::Code::FailedPrecondition
-            && status.message().starts_with(REMOVED_MARKER)
-        {
+        if is_removed(status) {
             let message = status.message().to_string();
             self.pool.removed.send_if_modified(|r| {
                 let first = r.is_none();
@@ -325,13 +352,13 @@ impl PeerClient {
 
     /// Asks the peer how it sees this member (see the `Ping` RPC). A peer that reports this
     /// member removed also flips [`PeerPool::watch_removed`].
-    pub async fn ping(&mut self, timeout: Duration) -> Result<PingReply, String> {
-        let msg = self.message("ping", &()).map_err(|e| e.message())?;
-        let mut client = self.client().map_err(|e| e.message())?;
+    pub async fn ping(&mut self, timeout: Duration) -> Result<PingReply, CallError> {
+        let msg = self.message("ping", &())?;
+        let mut client = self.client()?;
         let mut req = tonic::Request::new(msg);
         req.set_timeout(timeout);
         let result = client.ping(req).await;
-        self.outcome(result, "ping reply").map_err(|e| e.message())
+        self.outcome(result, "ping reply")
     }
 
     /// Asks this peer, the leader, to renew this member's lease.
@@ -339,15 +366,13 @@ impl PeerClient {
         &mut self,
         request: &RenewRequest,
         timeout: Duration,
-    ) -> Result<RenewReply, String> {
-        let msg = self
-            .message("renew request", request)
-            .map_err(|e| e.message())?;
-        let mut client = self.client().map_err(|e| e.message())?;
+    ) -> Result<RenewReply, CallError> {
+        let msg = self.message("renew request", request)?;
+        let mut client = self.client()?;
         let mut req = tonic::Request::new(msg);
         req.set_timeout(timeout);
         let result = client.renew(req).await;
-        self.outcome(result, "renew reply").map_err(|e| e.message())
+        self.outcome(result, "renew reply")
     }
 
     /// Forwards an Admin write to this peer, the leader (see the `Forward` RPC). The leader's

@@ -279,7 +279,7 @@ async fn a_message_the_follower_refuses_ends_the_stream_with_its_error_after_ear
     let good = message(append(None, 0..1));
     let mut misaddressed = message(append(Some(0), 1..2));
     misaddressed.to = 9;
-    let mut raw = client.client().ok().expect("a client");
+    let mut raw = client.client().expect("a client");
     let mut answers = raw
         .stream_append(futures::stream::iter([good, misaddressed]))
         .await

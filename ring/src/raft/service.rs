@@ -18,7 +18,7 @@ use openraft::type_config::async_runtime::watch::WatchReceiver;
 
 use super::StateMachineStore;
 use super::codec::{CODEC_VERSION, decode, encode};
-use super::network::{MAX_PEER_MESSAGE_BYTES, REMOVED_MARKER};
+use super::network::{MAX_PEER_MESSAGE_BYTES, REMOVED_MARKER, removed_status};
 use super::types::{
     NodeId, PingReply, RaftNode, RenewReply, RenewRequest, SnapshotMeta, TypeConfig, Vote,
 };
@@ -197,7 +197,7 @@ impl PeerService {
             .state
             .read(|a| (a.state.retired_ids.contains(&from), a.state.generation()));
         if retired {
-            return Err(Status::failed_precondition(format!(
+            return Err(removed_status(format!(
                 "{REMOVED_MARKER}: member {from} was removed from the ring and its id is retired; \
                  wipe its data directory and add it again under a new id to rejoin"
             )));
@@ -459,7 +459,7 @@ fn check_generation(from: NodeId, theirs: u64, ours: u64) -> Result<(), Status> 
         return Ok(());
     }
     if theirs < ours {
-        return Err(Status::failed_precondition(format!(
+        return Err(removed_status(format!(
             "{REMOVED_MARKER}: member {from} keeps the ring's state from before a recovery \
              (its generation {theirs}, the ring's {ours}): the recovery removed it; wipe its data \
              directory and add it again under a new id to rejoin"
@@ -486,10 +486,12 @@ mod tests {
         let older = check_generation(7, 1, 2).unwrap_err();
         assert_eq!(older.code(), tonic::Code::FailedPrecondition);
         assert!(older.message().starts_with(REMOVED_MARKER), "{older:?}");
+        assert!(crate::raft::network::is_removed(&older), "{older:?}");
         assert!(older.message().contains("member 7"), "{older:?}");
         // From after a recovery this member predates: refused, but the sender is not stopped.
         let newer = check_generation(7, 3, 2).unwrap_err();
         assert_eq!(newer.code(), tonic::Code::FailedPrecondition);
         assert!(!newer.message().contains(REMOVED_MARKER), "{newer:?}");
+        assert!(!crate::raft::network::is_removed(&newer), "{newer:?}");
     }
 }

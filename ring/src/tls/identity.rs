@@ -73,7 +73,7 @@ impl Identity {
     pub fn new(role: Role, name: &str) -> Result<Self, IdentityError> {
         check_label(name).map_err(|why| IdentityError::BadName {
             name: name.to_string(),
-            why,
+            why: why.into(),
         })?;
         Ok(Self {
             role,
