@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -19,6 +19,7 @@ use garden_ring::config::{
 use garden_ring::dns::update::RecordValue;
 use garden_ring::pb;
 use garden_ring::tls::{Identity, Role, Security, TlsStore};
+use garden_ring_tests::child::LoggedChild;
 
 use crate::netns::{REGION, client_address_of_zone, mesh_address, namespace};
 
@@ -52,7 +53,7 @@ pub struct Binaries {
     pub etcd_dir: PathBuf,
 }
 
-/// A process in a namespace.
+/// A process in a namespace, killed when dropped.
 #[derive(Debug)]
 pub struct Proc {
     /// What it is, for messages.
@@ -63,7 +64,8 @@ pub struct Proc {
     pub argv: Vec<String>,
     /// Its log.
     pub log: PathBuf,
-    child: Option<Child>,
+    /// The running process; `None` once it exited or was reaped.
+    child: Option<LoggedChild>,
 }
 
 impl Proc {
@@ -82,19 +84,14 @@ impl Proc {
 
     /// Starts it (again).
     pub fn spawn(&mut self) -> anyhow::Result<()> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .with_context(|| format!("opening {}", self.log.display()))?;
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.namespace])
-            .args(&self.argv)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {} in {}", self.name, self.namespace))?;
+        let child = LoggedChild::spawn(
+            self.name.as_str(),
+            Command::new("ip")
+                .args(["netns", "exec", &self.namespace])
+                .args(&self.argv),
+            &self.log,
+        )
+        .with_context(|| format!("starting {} in {}", self.name, self.namespace))?;
         self.child = Some(child);
         Ok(())
     }
@@ -102,38 +99,27 @@ impl Proc {
     /// Sends `signal` to it (`ip netns exec` execs the program, so this is the program).
     pub fn signal(&self, signal: nix::sys::signal::Signal) {
         if let Some(child) = &self.child {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal);
+            let _ = child.signal(signal);
         }
     }
 
     /// Waits (at most `timeout`) for it to exit; false when it still runs.
     pub fn wait_exit(&mut self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        while let Some(child) = self.child.as_mut() {
-            if !matches!(child.try_wait(), Ok(None)) {
-                self.child = None;
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let Some(child) = self.child.as_mut() else {
+            return true;
+        };
+        if child.wait_exit(timeout).is_none() && child.is_running() {
+            return false;
         }
+        self.child = None;
         true
     }
 
     /// Reaps it after it was killed.
     pub fn reap(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+            child.kill9();
         }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.reap();
     }
 }
 

@@ -13,10 +13,11 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::Ports;
+use crate::child::{self, LoggedChild};
 
 /// How long `named` may take to load the zone and answer.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -97,7 +98,8 @@ pub struct Bind {
     zone: String,
     port: u16,
     key_file: Option<PathBuf>,
-    child: Option<Child>,
+    /// `named`, while it runs; killed when the [`Bind`] is dropped.
+    child: Option<LoggedChild>,
 }
 
 impl Bind {
@@ -171,20 +173,15 @@ zone "{zone}" {{
     /// Runs `named -g` and waits until it answers for the zone.
     fn launch(&mut self) {
         assert!(self.child.is_none(), "named is already running");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())
-            .expect("open named.log");
-        let child = Command::new(tool("named"))
-            .arg("-g")
-            .arg("-c")
-            .arg(self.dir.join("named.conf"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("clone the log handle"))
-            .stderr(log)
-            .spawn()
-            .expect("start named");
+        let child = LoggedChild::spawn(
+            "named",
+            Command::new(tool("named"))
+                .arg("-g")
+                .arg("-c")
+                .arg(self.dir.join("named.conf")),
+            self.log_path(),
+        )
+        .expect("start named");
         self.child = Some(child);
         let zone = self.zone.clone();
         wait_until(
@@ -194,12 +191,7 @@ zone "{zone}" {{
                 self.port
             ),
             || {
-                if let Some(status) = self
-                    .child
-                    .as_mut()
-                    .and_then(|c| c.try_wait().ok())
-                    .flatten()
-                {
+                if let Some(status) = self.child.as_mut().and_then(LoggedChild::exited) {
                     panic!(
                         "named exited with {status} before answering; its log:\n{}",
                         self.log()
@@ -245,24 +237,20 @@ zone "{zone}" {{
 
     /// What `named` logged so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+        child::read_log(&self.log_path())
     }
 
     /// Whether `named` is running.
     pub fn is_running(&mut self) -> bool {
-        match self.child.as_mut() {
-            Some(child) => matches!(child.try_wait(), Ok(None)),
-            None => false,
-        }
+        self.child.as_mut().is_some_and(LoggedChild::is_running)
     }
 
     /// Stops `named` (SIGTERM, then SIGKILL after a deadline) and waits until it has exited.
     /// Its port stays free for [`restart`](Self::restart) unless another process takes it.
     pub fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        garden_ring::demo::terminate_all(std::slice::from_mut(&mut child), STOP_TIMEOUT);
+        if let Some(mut child) = self.child.take() {
+            child.terminate_within(STOP_TIMEOUT);
+        }
     }
 
     /// Stops `named` if it runs and starts it again on the same port, with the same zone and
@@ -319,13 +307,4 @@ fn zone_file(zone: &str) -> String {
          @ IN NS ns.{zone}.\n\
          ns IN A 127.0.0.1\n"
     )
-}
-
-impl Drop for Bind {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }

@@ -19,12 +19,13 @@
 //! ([`require_etcd35_bin_dir`]) and skips it elsewhere, saying why.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use garden_ring::backup::etcd::{EtcdClient, EtcdClientOptions};
 
 use crate::Ports;
+use crate::child::{self, LoggedChild};
 
 /// How long etcd may take to elect itself and answer.
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -184,7 +185,8 @@ pub struct Etcd {
     pub log_path: PathBuf,
     /// How long it took from spawn to its first answer.
     pub startup: Duration,
-    child: Option<Child>,
+    /// The process, until [`Etcd::stop`]; killed when the [`Etcd`] is dropped.
+    child: Option<LoggedChild>,
     client: EtcdClient,
 }
 
@@ -227,46 +229,35 @@ impl Etcd {
     ) -> Result<Self, EtcdStartError> {
         let etcd = bin_dir.join("etcd");
         let log_path = dir.join(format!("{}.log", spec.name));
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .expect("open the etcd log");
-        // The log is appended to: an error shows only this attempt's part.
-        let log_start = log.metadata().map_or(0, |m| m.len()) as usize;
-        let this_attempt = || {
-            let text = std::fs::read(&log_path).unwrap_or_default();
-            String::from_utf8_lossy(text.get(log_start..).unwrap_or_default()).into_owned()
-        };
         let began = Instant::now();
-        let child = Command::new(&etcd)
-            .arg("--name")
-            .arg(&spec.name)
-            .arg("--data-dir")
-            .arg(data_dir)
-            .arg("--listen-client-urls")
-            .arg(spec.client_url())
-            .arg("--advertise-client-urls")
-            .arg(spec.client_url())
-            .arg("--listen-peer-urls")
-            .arg(spec.peer_url())
-            .arg("--initial-advertise-peer-urls")
-            .arg(spec.peer_url())
-            .arg("--initial-cluster")
-            .arg(format!("{}={}", spec.name, spec.peer_url()))
-            .args(["--heartbeat-interval=10", "--election-timeout=100"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("dup the log"))
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", etcd.display()));
-        let mut child = Some(child);
+        let mut child = LoggedChild::spawn(
+            format!("etcd {}", spec.name),
+            Command::new(&etcd)
+                .arg("--name")
+                .arg(&spec.name)
+                .arg("--data-dir")
+                .arg(data_dir)
+                .arg("--listen-client-urls")
+                .arg(spec.client_url())
+                .arg("--advertise-client-urls")
+                .arg(spec.client_url())
+                .arg("--listen-peer-urls")
+                .arg(spec.peer_url())
+                .arg("--initial-advertise-peer-urls")
+                .arg(spec.peer_url())
+                .arg("--initial-cluster")
+                .arg(format!("{}={}", spec.name, spec.peer_url()))
+                .args(["--heartbeat-interval=10", "--election-timeout=100"]),
+            &log_path,
+        )
+        .unwrap_or_else(|e| panic!("spawn {}: {e}", etcd.display()));
         let deadline = began + START_TIMEOUT;
+        // The log is appended to: an error shows only this attempt's part.
         let client = loop {
-            if let Some(status) = child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = child.exited() {
                 return Err(EtcdStartError {
                     exit: Some(status),
-                    log: this_attempt(),
+                    log: child.log_since_spawn(),
                 });
             }
             if let Ok(client) = EtcdClient::connect(&spec.client_url(), fast()).await
@@ -275,13 +266,10 @@ impl Etcd {
                 break client;
             }
             if Instant::now() > deadline {
-                if let Some(mut c) = child.take() {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
+                child.kill9();
                 return Err(EtcdStartError {
                     exit: None,
-                    log: this_attempt(),
+                    log: child.log_since_spawn(),
                 });
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -292,7 +280,7 @@ impl Etcd {
             data_dir: data_dir.to_path_buf(),
             log_path,
             startup: began.elapsed(),
-            child,
+            child: Some(child),
             client,
         })
     }
@@ -355,21 +343,14 @@ impl Etcd {
 
     /// The log so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+        child::read_log(&self.log_path)
     }
 
     /// Stops the member (SIGKILL; etcd's data is durable by then) and waits for it.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+            child.kill9();
         }
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 

@@ -9,6 +9,7 @@
 //! fixed sleep.
 
 pub mod bind;
+pub mod child;
 pub mod compat;
 pub mod dig;
 pub mod etcd;
@@ -20,7 +21,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use garden_ring::admin::AdminClient;
@@ -31,6 +32,8 @@ use garden_ring::config::{
 };
 use garden_ring::pb;
 use garden_ring::tls::{Identity, Role, Security, TlsFiles, certs};
+
+use crate::child::LoggedChild;
 
 /// Path of a workspace binary (`ringd`, `ringctl`).
 pub fn binary(name: &str) -> PathBuf {
@@ -265,8 +268,12 @@ pub struct Proc {
     pub log_path: PathBuf,
     /// How test clients connect to it.
     pub security: Security,
-    child: Option<Child>,
+    /// The running process; `None` before the first start and once it stopped.
+    child: Option<LoggedChild>,
 }
+
+/// How long [`Proc::terminate`] waits for `ringd` to exit after SIGTERM before it kills it.
+const TERMINATE_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Proc {
     /// The Admin endpoint.
@@ -276,12 +283,12 @@ impl Proc {
 
     /// Whether the process runs.
     pub fn is_running(&mut self) -> bool {
-        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+        self.child.as_mut().is_some_and(LoggedChild::is_running)
     }
 
     /// Its pid, if running.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.child.as_ref().and_then(LoggedChild::pid)
     }
 
     /// Starts the process from its config file.
@@ -292,78 +299,54 @@ impl Proc {
             self.config.name
         );
         std::fs::write(&self.config_path, self.config.to_toml()).expect("write config");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log_path)
-            .expect("open log");
-        let child = Command::new(binary("ringd"))
-            .arg("--config")
-            .arg(&self.config_path)
-            .env("RUST_LOG", "")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("dup log"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn ringd");
+        let child = LoggedChild::spawn(
+            format!("ringd {}", self.config.name),
+            Command::new(binary("ringd"))
+                .arg("--config")
+                .arg(&self.config_path)
+                .env("RUST_LOG", ""),
+            &self.log_path,
+        )
+        .expect("spawn ringd");
         self.child = Some(child);
     }
 
     /// Sends `signal` to the process (e.g. SIGSTOP, SIGCONT).
     pub fn signal(&self, signal: nix::sys::signal::Signal) {
-        let pid = self.pid().expect("the member runs");
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).expect("signal");
+        let child = self.child.as_ref().expect("the member runs");
+        child.signal(signal).expect("signal");
     }
 
     /// `kill -9`, and waits for the process to be gone.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
-            child.kill().expect("SIGKILL");
-            child.wait().expect("reap");
+            child.kill9();
         }
     }
 
-    /// SIGTERM, and waits for the exit status.
+    /// SIGTERM, and waits for the exit status (at most a minute; `None` after a SIGKILL when
+    /// it takes longer, or when it does not run).
     pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
-        let mut child = self.child.take()?;
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .ok()?;
-        child.wait().ok()
+        self.child.take()?.terminate_within(TERMINATE_TIMEOUT)
     }
 
     /// SIGTERM, and waits (bounded) for the exit status; `None` (after a SIGKILL, so nothing is
     /// left behind) when it did not exit in time.
     pub fn terminate_within(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        self.signal(nix::sys::signal::Signal::SIGTERM);
-        let status = self.wait_exit(timeout);
-        if status.is_none() {
-            self.kill9();
-        }
-        status
+        let mut child = self.child.take().expect("the member runs");
+        child.terminate_within(timeout)
     }
 
     /// Waits (bounded) for the process to exit on its own and returns its status.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let child = self.child.as_mut()?;
-            if let Ok(Some(status)) = child.try_wait() {
-                self.child = None;
-                return Some(status);
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let status = self.child.as_mut()?.wait_exit(timeout)?;
+        self.child = None;
+        Some(status)
     }
 
     /// The log so far (for failure messages).
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+        child::read_log(&self.log_path)
     }
 
     /// An Admin client for this member only.
@@ -383,15 +366,12 @@ impl Drop for Proc {
     fn drop(&mut self) {
         self.kill9();
         if std::thread::panicking() {
-            let log = self.log();
-            let lines: Vec<&str> = log.lines().collect();
-            let tail = &lines[lines.len().saturating_sub(FAILURE_LOG_LINES)..];
+            let tail = child::log_tail(&self.log_path, FAILURE_LOG_LINES);
             eprintln!(
-                "--- member {}: the last {} lines of {} ---\n{}",
+                "--- member {}: the last {} lines of {} ---\n{tail}",
                 self.config.name,
-                tail.len(),
+                tail.lines().count(),
                 self.log_path.display(),
-                tail.join("\n")
             );
         }
     }

@@ -14,7 +14,7 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,6 +23,7 @@ use garden_ring::config::BackupSettings;
 
 use crate::Ports;
 use crate::bind::wait_until;
+use crate::child::{self, LoggedChild};
 
 /// How long `moto_server` may take to start answering (Python start-up is slow).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -52,7 +53,8 @@ pub fn moto_server_path() -> PathBuf {
 pub struct Moto {
     dir: PathBuf,
     port: u16,
-    child: Option<Child>,
+    /// `moto_server`, while it runs; killed when the [`Moto`] is dropped.
+    child: Option<LoggedChild>,
 }
 
 impl Moto {
@@ -74,30 +76,24 @@ impl Moto {
 
     fn launch(&mut self) {
         assert!(self.child.is_none(), "moto_server is already running");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())
-            .expect("open moto.log");
-        let child = Command::new(moto_server_path())
-            .args(["-H", "127.0.0.1", "-p", &self.port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("clone the log handle"))
-            .stderr(log)
-            .spawn()
-            .expect("start moto_server");
+        let child = LoggedChild::spawn(
+            "moto_server",
+            Command::new(moto_server_path()).args([
+                "-H",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+            ]),
+            self.log_path(),
+        )
+        .expect("start moto_server");
         self.child = Some(child);
         let addr = self.addr();
         wait_until(
             START_TIMEOUT,
             &format!("moto_server answers HTTP on {addr}"),
             || {
-                if let Some(status) = self
-                    .child
-                    .as_mut()
-                    .and_then(|c| c.try_wait().ok())
-                    .flatten()
-                {
+                if let Some(status) = self.child.as_mut().and_then(LoggedChild::exited) {
                     panic!(
                         "moto_server exited with {status} before answering; its log:\n{}",
                         self.log()
@@ -127,7 +123,7 @@ impl Moto {
 
     /// What moto logged so far (one line per request).
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+        child::read_log(&self.log_path())
     }
 
     /// Creates a bucket (`PUT /name`); panics unless moto answers 200.
@@ -139,17 +135,14 @@ impl Moto {
 
     /// Whether `moto_server` runs.
     pub fn is_running(&mut self) -> bool {
-        match self.child.as_mut() {
-            Some(child) => matches!(child.try_wait(), Ok(None)),
-            None => false,
-        }
+        self.child.as_mut().is_some_and(LoggedChild::is_running)
     }
 
     /// Stops `moto_server` (SIGTERM, then SIGKILL after a deadline) and waits until it exited.
     /// Its data is gone: moto keeps everything in memory.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            garden_ring::demo::terminate_all(std::slice::from_mut(&mut child), STOP_TIMEOUT);
+            child.terminate_within(STOP_TIMEOUT);
         }
     }
 
@@ -173,15 +166,6 @@ impl Moto {
             s3_allow_http: true,
             credentials_file: Some(credentials),
             ..BackupSettings::default()
-        }
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
         }
     }
 }

@@ -302,25 +302,19 @@ fn record_leader(
     duration: Duration,
 ) -> anyhow::Result<Child> {
     let file = dir.join(format!("perf-ring-leader-{clients}.data"));
-    Child::spawn(
+    let child = Child::spawn(
         "perf record",
-        std::path::Path::new("perf"),
-        &[
-            "record".into(),
-            "--call-graph".into(),
-            "dwarf,16384".into(),
-            "-F".into(),
-            "199".into(),
-            "-p".into(),
-            pid.to_string(),
-            "-o".into(),
-            file.display().to_string(),
-            "--".into(),
-            "sleep".into(),
-            format!("{}", duration.as_secs_f64().ceil()),
-        ],
+        std::process::Command::new("perf")
+            .args(["record", "--call-graph", "dwarf,16384", "-F", "199", "-p"])
+            .arg(pid.to_string())
+            .arg("-o")
+            .arg(&file)
+            .args(["--", "sleep"])
+            .arg(format!("{}", duration.as_secs_f64().ceil()))
+            .env("RUST_LOG", ""),
         scratch.join("perf.log"),
-    )
+    )?;
+    Ok(child)
 }
 
 /// Runs the commit part.

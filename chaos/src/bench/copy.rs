@@ -152,13 +152,10 @@ async fn start_moto(dir: &std::path::Path) -> anyhow::Result<Moto> {
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let mut child = Child::spawn(
         "moto_server",
-        &program,
-        &[
-            "-H".into(),
-            "127.0.0.1".into(),
-            "-p".into(),
-            port.to_string(),
-        ],
+        std::process::Command::new(&program)
+            .args(["-H", "127.0.0.1", "-p"])
+            .arg(port.to_string())
+            .env("RUST_LOG", ""),
         dir.join("moto.log"),
     )?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));

@@ -4,7 +4,7 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -19,113 +19,12 @@ use garden_ring::tls::client::Expect;
 use garden_ring::tls::{Identity, Role, Security, TlsStore};
 use tonic::transport::Channel;
 
+/// A child process with its output in a log, SIGKILLed and reaped when dropped (see
+/// [`garden_ring_tests::child`]).
+pub use garden_ring_tests::child::LoggedChild as Child;
+
 /// The DNS zone of the benchmark rings.
 pub const ZONE: &str = "bench.garden-ring.test";
-
-/// A child process, SIGKILLed and reaped when dropped.
-pub struct Child {
-    /// What it is, for messages.
-    pub name: String,
-    /// Its combined stdout and stderr.
-    pub log: PathBuf,
-    child: Option<std::process::Child>,
-}
-
-impl Child {
-    /// Starts `program args`, logging to `log`.
-    pub fn spawn(
-        name: &str,
-        program: &Path,
-        args: &[String],
-        log: PathBuf,
-    ) -> anyhow::Result<Self> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .with_context(|| format!("opening {}", log.display()))?;
-        let child = Command::new(program)
-            .args(args)
-            .env("RUST_LOG", "")
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file)
-            .spawn()
-            .with_context(|| format!("starting {name} ({})", program.display()))?;
-        Ok(Self {
-            name: name.to_string(),
-            log,
-            child: Some(child),
-        })
-    }
-
-    /// Its pid, while it runs.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(std::process::Child::id)
-    }
-
-    /// Fails naming the log when the process already exited.
-    pub fn check_running(&mut self) -> anyhow::Result<()> {
-        if let Some(child) = self.child.as_mut()
-            && let Ok(Some(status)) = child.try_wait()
-        {
-            bail!(
-                "{} exited with {status}; see {}",
-                self.name,
-                self.log.display()
-            );
-        }
-        Ok(())
-    }
-
-    /// Waits (at most `timeout`) for it to exit by itself; false when it still runs.
-    pub fn wait_exit(&mut self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        while let Some(child) = self.child.as_mut() {
-            if !matches!(child.try_wait(), Ok(None)) {
-                self.child = None;
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        true
-    }
-
-    /// SIGKILL, and waits until it is gone.
-    pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// SIGTERM, then SIGKILL after `grace`.
-    pub fn terminate(&mut self, grace: Duration) {
-        if let Some(mut child) = self.child.take() {
-            if let Ok(pid) = i32::try_from(child.id()) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGTERM,
-                );
-            }
-            let deadline = Instant::now() + grace;
-            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
 
 /// `n` distinct free loopback ports (all bound at once, then released).
 pub fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
@@ -282,9 +181,11 @@ impl LocalRing {
             let path = home.join("ringd.toml");
             std::fs::write(&path, config.to_toml())?;
             let proc = Child::spawn(
-                &format!("ringd {}", m.name),
-                &bin_dir.join("ringd"),
-                &["--config".into(), path.display().to_string()],
+                format!("ringd {}", m.name),
+                Command::new(bin_dir.join("ringd"))
+                    .arg("--config")
+                    .arg(&path)
+                    .env("RUST_LOG", ""),
                 home.join("ringd.log"),
             )?;
             let channel = garden_ring::tls::client::channel(
@@ -363,7 +264,7 @@ impl LocalRing {
     /// Stops every member (SIGTERM, then SIGKILL).
     pub fn stop(&mut self) {
         for m in &mut self.members {
-            m.proc.terminate(Duration::from_secs(5));
+            m.proc.terminate_within(Duration::from_secs(5));
         }
     }
 }
@@ -441,9 +342,8 @@ impl EtcdCluster {
             .map(|s| s.to_string())
             .collect();
             procs.push(Child::spawn(
-                &format!("etcd {name}"),
-                etcd,
-                &args,
+                format!("etcd {name}"),
+                Command::new(etcd).args(&args).env("RUST_LOG", ""),
                 dir.join(format!("{name}.log")),
             )?);
         }
@@ -496,7 +396,7 @@ impl EtcdCluster {
     /// Stops every member (SIGTERM, then SIGKILL).
     pub fn stop(&mut self) {
         for p in &mut self.procs {
-            p.terminate(Duration::from_secs(5));
+            p.terminate_within(Duration::from_secs(5));
         }
     }
 }
