@@ -2,6 +2,7 @@
 //! commands a request turns into, or why it cannot be done. Pure: the Admin service only
 //! converts the request, calls [`plan`] on its applied state and proposes what comes back.
 
+use super::NodeId;
 use super::command::Command;
 use super::control_plane::MoveKind;
 use super::controller::{PlanError as MovePlanError, Policy, plan_moves};
@@ -156,6 +157,47 @@ pub fn plan(
     })
 }
 
+/// Why leadership cannot be handed over.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransferError {
+    /// This member is the only voter.
+    #[error("there is no other voter to hand leadership to")]
+    NoOtherVoter,
+    /// The requested member does not vote.
+    #[error("member {name} ({id}) is not a voter; only voters can lead")]
+    NotAVoter {
+        /// Its name.
+        name: String,
+        /// Its id.
+        id: NodeId,
+    },
+}
+
+/// The voter leadership goes to (`ringctl leader transfer`): `requested` (its id and name),
+/// which must be a voter, or else the other voter whose log reaches furthest (`matched` is
+/// the leader's view of each member's last replicated index), so the election is quickest.
+/// `me` itself may be returned when requested: nothing to do.
+pub fn transfer_target(
+    me: NodeId,
+    voters: &[NodeId],
+    matched: impl Fn(NodeId) -> Option<u64>,
+    requested: Option<(NodeId, &str)>,
+) -> Result<NodeId, TransferError> {
+    match requested {
+        Some((id, _)) if voters.contains(&id) => Ok(id),
+        Some((id, name)) => Err(TransferError::NotAVoter {
+            name: name.to_string(),
+            id,
+        }),
+        None => voters
+            .iter()
+            .copied()
+            .filter(|id| *id != me)
+            .max_by_key(|id| matched(*id))
+            .ok_or(TransferError::NoOtherVoter),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,6 +294,31 @@ mod tests {
         assert_eq!(
             refused.to_string(),
             "cannot move cp1: control plane cp1 is already hosted on a"
+        );
+    }
+
+    #[test]
+    fn leadership_goes_to_the_requested_voter_or_the_one_furthest_along() {
+        let matched = |id: NodeId| match id {
+            2 => Some(10),
+            3 => Some(12),
+            _ => None,
+        };
+        assert_eq!(transfer_target(1, &[1, 2, 3], matched, None), Ok(3));
+        assert_eq!(
+            transfer_target(1, &[1, 2, 3], matched, Some((2, "b"))),
+            Ok(2)
+        );
+        assert_eq!(
+            transfer_target(1, &[1, 2, 3], matched, Some((4, "d"))),
+            Err(TransferError::NotAVoter {
+                name: "d".into(),
+                id: 4
+            })
+        );
+        assert_eq!(
+            transfer_target(1, &[1], matched, None),
+            Err(TransferError::NoOtherVoter)
         );
     }
 }

@@ -870,31 +870,24 @@ impl Admin for AdminService {
         let req = request.into_inner();
         let m = self.metrics();
         let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
-        let to = if req.to.is_empty() {
-            // The most up-to-date other voter.
-            voters
-                .iter()
-                .copied()
-                .filter(|id| *id != self.me)
-                .max_by_key(|id| {
-                    m.replication
-                        .as_ref()
-                        .and_then(|r| r.get(id).cloned().flatten())
-                        .map(|l| l.index)
-                })
-                .ok_or_else(|| {
-                    Status::failed_precondition("there is no other voter to hand leadership to")
-                })?
+        let requested = if req.to.is_empty() {
+            None
         } else {
-            let target = self.find_member(&req.to)?;
-            if !voters.contains(&target.id) {
-                return Err(Status::failed_precondition(format!(
-                    "member {} ({}) is not a voter; only voters can lead",
-                    target.name, target.id
-                )));
-            }
-            target.id
+            Some(self.find_member(&req.to)?)
         };
+        let matched = |id: NodeId| {
+            m.replication
+                .as_ref()
+                .and_then(|r| r.get(&id).cloned().flatten())
+                .map(|l| l.index)
+        };
+        let to = operator::transfer_target(
+            self.me,
+            &voters,
+            matched,
+            requested.as_ref().map(|t| (t.id, t.name.as_str())),
+        )
+        .map_err(|e| Status::failed_precondition(e.to_string()))?;
         if to == self.me {
             return Ok(Response::new(pb::LeaderTransferResponse { leader_id: to }));
         }
