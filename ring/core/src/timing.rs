@@ -87,12 +87,6 @@ impl Timing {
         self.lease_ms + self.fence_ms
     }
 
-    /// How long after the last lease a former host could have been granted it has surely
-    /// stopped serving: lease + fence + clock margin (DESIGN.md rule 2).
-    pub fn fence_wait_ms(&self) -> u64 {
-        self.lease_ms + self.fence_ms + self.clock_margin_ms
-    }
-
     /// How long before an unrenewed lease runs out a host stops a workload itself, so that its
     /// final snapshot is taken while etcd still runs: a quarter of the lease, at least 50 ms.
     pub fn self_fence_margin_ms(&self) -> u64 {
@@ -150,8 +144,6 @@ mod tests {
         assert_eq!(production.renew_interval_ms(), 1_000);
         assert_eq!(production.renew_timeout_ms(), 2_000);
         assert_eq!(production.self_fence_margin_ms(), 1_000);
-        assert_eq!(production.fence_wait_ms(), 7_000);
-        assert!(production.fence_wait_ms() < production.member_lost_ms);
         assert_eq!(production.duties_interval_ms(), 500);
         assert_eq!(production.leader_wait_ms(), 8_000);
         let tiny = Timing {

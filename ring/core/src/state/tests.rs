@@ -1,16 +1,7 @@
 use super::*;
 use crate::error::ReportKind;
 use crate::limits::HISTORY_LIMIT;
-
-fn spec(id: NodeId, name: &str, zone: &str) -> MemberSpec {
-    MemberSpec {
-        id,
-        name: name.into(),
-        zone: zone.into(),
-        address: format!("127.0.0.1:{}", 7000 + id * 10 + 1),
-        admin_address: format!("127.0.0.1:{}", 7000 + id * 10),
-    }
-}
+use crate::testing::spec;
 
 fn proposal(command: Command) -> Proposal {
     Proposal {
