@@ -355,6 +355,8 @@ fn add_request(i: usize, host: &str, founders: &[InitialMember]) -> pb::ControlP
         host: host.to_string(),
         reason: "ring-chaos scale".into(),
         prefer: Vec::new(),
+        tolerance: Default::default(),
+        etcd_peers: Default::default(),
         name,
     }
 }

@@ -549,6 +549,8 @@ impl World {
                 host: String::new(),
                 reason: "ring-chaos".into(),
                 prefer: Vec::new(),
+                tolerance: Default::default(),
+                etcd_peers: Default::default(),
             };
             self.admin
                 .call(req, |mut c, r| async move { c.control_plane_add(r).await })

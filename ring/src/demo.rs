@@ -554,6 +554,8 @@ impl Demo {
                 host: String::new(),
                 reason: "demo sample".into(),
                 prefer: Vec::new(),
+                tolerance: Default::default(),
+                etcd_peers: Default::default(),
             };
             match client
                 .call(req, |mut c, r| async move { c.control_plane_add(r).await })

@@ -117,6 +117,7 @@ impl LeaseDesk {
         let reading = self.state.read(|a| {
             let name = a.state.members.get(&from)?.name.clone();
             let granted = a.state.grants(&name);
+            let replicas = a.state.replica_grants(&name);
             let mut released = Vec::new();
             let mut serving = Vec::new();
             // Only the control planes this member fences or hosts (the state's index), not
@@ -159,7 +160,7 @@ impl LeaseDesk {
                 }
             }
             Some((
-                granted,
+                (granted, replicas),
                 released,
                 serving,
                 progress,
@@ -167,7 +168,9 @@ impl LeaseDesk {
                 a.applied_index(),
             ))
         });
-        let Some((granted, released, serving, progress, backups, applied_index)) = reading else {
+        let Some(((granted, replicas), released, serving, progress, backups, applied_index)) =
+            reading
+        else {
             return Err(Status::failed_precondition(format!(
                 "member {from} is not registered"
             )));
@@ -183,6 +186,7 @@ impl LeaseDesk {
             granted,
             lease_ms: self.policy.lease_ms,
             applied_index,
+            replicas,
         })
     }
 }

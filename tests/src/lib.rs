@@ -244,7 +244,14 @@ pub fn ensure_cert(certs_dir: &Path, identity: &Identity) -> TlsFiles {
     }
     let (cert_file, key_file) = certs::paths(certs_dir, identity);
     if !cert_file.exists() {
-        certs::issue(certs_dir, identity, &[], 30, false).expect("issue a certificate");
+        // Members: also valid for loopback by address, as the etcd members of zone-tolerant
+        // control planes verify their peers (with the member's own certificate).
+        let sans: Vec<String> = if identity.role == Role::Member {
+            vec!["127.0.0.1".into(), "localhost".into()]
+        } else {
+            Vec::new()
+        };
+        certs::issue(certs_dir, identity, &sans, 30, false).expect("issue a certificate");
     }
     TlsFiles {
         ca_file: certs::ca_path(certs_dir),
@@ -693,6 +700,16 @@ impl Ring {
         .await
     }
 
+    /// Kills member `i` the way a zone dies: its `ringd`, and the guards and etcds it started
+    /// (every process whose command line names its data directory).
+    pub fn kill_zone(&mut self, i: usize) {
+        self.procs[i].kill9();
+        let data_root = self.procs[i].config.data_dir.display().to_string();
+        let _ = std::process::Command::new("pkill")
+            .args(["-9", "-f", &data_root])
+            .status();
+    }
+
     /// Runs the real `ringctl` against all members with `args`.
     pub fn ringctl(&self, args: &[&str]) -> Output {
         let endpoints: Vec<String> = self.procs.iter().map(Proc::admin).collect();
@@ -767,6 +784,8 @@ pub fn control_plane(name: &str, home: Option<&str>) -> pb::ControlPlaneAddReque
         host: String::new(),
         reason: "test".into(),
         prefer: Vec::new(),
+        tolerance: Default::default(),
+        etcd_peers: Default::default(),
     }
 }
 

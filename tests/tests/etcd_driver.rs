@@ -18,6 +18,10 @@ use garden_ring_tests::{
     Ports, Ring, RingOptions, add_control_plane, cps, eventually, wait_all_healthy,
 };
 
+fn kill_zone(ring: &mut Ring, i: usize) {
+    ring.kill_zone(i);
+}
+
 const MEMBERS: [&str; 3] = ["a", "b", "c"];
 
 /// A ring whose members run etcd, snapshotting every `snapshot_interval_ms`.
@@ -85,6 +89,8 @@ fn etcd_control_plane(
         host: host.into(),
         reason: "test".into(),
         prefer: Vec::new(),
+        tolerance: Default::default(),
+        etcd_peers: Default::default(),
     }
 }
 
@@ -152,15 +158,6 @@ async fn snapshot_holding(url: &str, backup: &BackupSettings, revision: u64) -> 
         },
     )
     .await
-}
-
-/// Kills a member the way a zone dies: its `ringd`, and the guards and etcds it started.
-fn kill_zone(ring: &mut Ring, i: usize) {
-    ring.procs[i].kill9();
-    let data_root = ring.procs[i].config.data_dir.display().to_string();
-    let _ = std::process::Command::new("pkill")
-        .args(["-9", "-f", &data_root])
-        .status();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -286,6 +286,8 @@ pub fn control_plane(name: &str, host: Option<&str>) -> pb::ControlPlaneAddReque
         host: host.unwrap_or_default().into(),
         reason: "ring-chaos bench".into(),
         prefer: Vec::new(),
+        tolerance: Default::default(),
+        etcd_peers: Default::default(),
     }
 }
 

@@ -23,6 +23,9 @@ pub struct Grant {
     pub lease_ms: u64,
     /// Control plane -> epoch this member may serve.
     pub control_planes: BTreeMap<String, u64>,
+    /// Zone-tolerant control plane -> the cluster generation this member's etcd member joined
+    /// at: the etcd members it runs ([`RingState::replica_grants`](crate::RingState::replica_grants)).
+    pub replicas: BTreeMap<String, u64>,
 }
 
 impl Grant {
@@ -116,15 +119,121 @@ pub fn reconcile(
     actions
 }
 
+/// What to do with one etcd member of a zone-tolerant control plane (a replica).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ReplicaAction {
+    /// Stop it: the member no longer belongs to the cluster (or joined it again since).
+    Stop {
+        /// The control plane.
+        name: String,
+        /// The generation the running replica joined at.
+        joined: u64,
+    },
+    /// Start it, to be stopped by its guard at `deadline_ms`.
+    Start {
+        /// The control plane.
+        name: String,
+        /// The generation it joined at.
+        joined: u64,
+        /// The lease deadline (monotonic ms).
+        deadline_ms: u64,
+    },
+    /// Move the guard's deadline of the running replica.
+    Extend {
+        /// The control plane.
+        name: String,
+        /// The generation it joined at.
+        joined: u64,
+        /// The new deadline (monotonic ms).
+        deadline_ms: u64,
+    },
+}
+
+/// The actions on the etcd members this member runs (`running`: control plane -> generation
+/// joined) for a fresh `grant`: stop those not granted (or granted at another generation: the
+/// member was removed from the cluster and added again, and must start from nothing), start or
+/// extend the granted ones. Stops come first. Replicas need no epoch memory: etcd keeps its own
+/// members consistent, and nothing a client reaches runs on a replica (the host's gate is
+/// governed by [`reconcile`]).
+pub fn reconcile_replicas(grant: &Grant, running: &BTreeMap<String, u64>) -> Vec<ReplicaAction> {
+    let mut actions = Vec::new();
+    for (name, joined) in running {
+        if grant.replicas.get(name) != Some(joined) {
+            actions.push(ReplicaAction::Stop {
+                name: name.clone(),
+                joined: *joined,
+            });
+        }
+    }
+    let deadline_ms = grant.deadline_ms();
+    for (name, joined) in &grant.replicas {
+        let (name, joined) = (name.clone(), *joined);
+        actions.push(if running.get(&name) == Some(&joined) {
+            ReplicaAction::Extend {
+                name,
+                joined,
+                deadline_ms,
+            }
+        } else {
+            ReplicaAction::Start {
+                name,
+                joined,
+                deadline_ms,
+            }
+        });
+    }
+    actions
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replicas_start_extend_and_stop_by_the_grant_and_a_new_generation_restarts() {
+        let grant = Grant {
+            sent_at_ms: 0,
+            lease_ms: 1_000,
+            control_planes: BTreeMap::new(),
+            replicas: [("x".to_string(), 1), ("y".to_string(), 3)].into(),
+        };
+        let running = [
+            ("x".to_string(), 1),
+            ("y".to_string(), 2),
+            ("z".to_string(), 1),
+        ]
+        .into();
+        assert_eq!(
+            reconcile_replicas(&grant, &running),
+            vec![
+                ReplicaAction::Stop {
+                    name: "y".into(),
+                    joined: 2
+                },
+                ReplicaAction::Stop {
+                    name: "z".into(),
+                    joined: 1
+                },
+                ReplicaAction::Extend {
+                    name: "x".into(),
+                    joined: 1,
+                    deadline_ms: 1_000
+                },
+                ReplicaAction::Start {
+                    name: "y".into(),
+                    joined: 3,
+                    deadline_ms: 1_000
+                },
+            ]
+        );
+    }
 
     fn grant(sent_at_ms: u64, cps: &[(&str, u64)]) -> Grant {
         Grant {
             sent_at_ms,
             lease_ms: 1_000,
             control_planes: cps.iter().map(|(n, e)| (n.to_string(), *e)).collect(),
+            replicas: BTreeMap::new(),
         }
     }
 

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::NodeId;
 use super::control_plane::MoveKind;
 use super::error::CommandError;
+use super::etcd_cluster::{Tolerance, ZONE_TOLERANT_MEMBERS};
 use super::limits::{MAX_MEMBERS, MAX_TEXT_LEN};
 use super::member::Health;
 pub use super::member::MemberSpec;
@@ -76,6 +77,19 @@ pub struct ControlPlaneSpec {
     /// load.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prefer: Vec<String>,
+    /// What failure its etcd survives without losing a write: `None` (one etcd on the host) or
+    /// `Zone` (one etcd member on each of three members in distinct zones).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub tolerance: Tolerance,
+    /// Member name -> `host:port` its etcd member listens on for its peers there (zone
+    /// tolerance only). Every member named here needs an endpoint too: any of them may
+    /// become the host.
+    #[serde(default, skip_serializing_if = "VecMap::is_empty")]
+    pub etcd_peers: VecMap<String, String>,
+}
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
 }
 
 impl ControlPlaneSpec {
@@ -120,8 +134,16 @@ impl ControlPlaneSpec {
             require("member name", member, check_label)?;
             require("backup location", url, check_backup_url)?;
         }
+        self.validate_etcd_peers()?;
         if let Some(host) = &self.host {
             require("host member", host, check_label)?;
+            if self.tolerance == Tolerance::Zone && !self.etcd_peers.contains_key(host) {
+                return Err(CommandError::invalid(
+                    "host member",
+                    host,
+                    "has no etcd peer address for this zone-tolerant control plane (--etcd-peer-on)",
+                ));
+            }
             if !self.endpoints.contains_key(host) {
                 return Err(CommandError::invalid(
                     "host member",
@@ -138,6 +160,60 @@ impl ControlPlaneSpec {
             }
         }
         Ok(())
+    }
+
+    fn validate_etcd_peers(&self) -> Result<(), CommandError> {
+        match self.tolerance {
+            Tolerance::None if !self.etcd_peers.is_empty() => Err(CommandError::invalid(
+                "etcd peer addresses",
+                "",
+                "are only for zone-tolerant control planes (tolerance zone); with tolerance none the \
+                 host runs one etcd on loopback",
+            )),
+            Tolerance::None => Ok(()),
+            Tolerance::Zone => {
+                if self.etcd_peers.len() < ZONE_TOLERANT_MEMBERS {
+                    return Err(CommandError::invalid(
+                        "etcd peer addresses",
+                        "",
+                        format!(
+                            "tolerance zone needs an etcd peer address (member=host:port) on at least \
+                             {ZONE_TOLERANT_MEMBERS} members in distinct zones, {} given",
+                            self.etcd_peers.len()
+                        ),
+                    ));
+                }
+                if self.etcd_peers.len() > MAX_MEMBERS {
+                    return Err(CommandError::Limit(format!(
+                        "at most {MAX_MEMBERS} etcd peer addresses per control plane"
+                    )));
+                }
+                for (member, peer) in &self.etcd_peers {
+                    require("etcd peer member", member, check_label)?;
+                    require("etcd peer address", peer, check_address)?;
+                    if !self.endpoints.contains_key(member) {
+                        return Err(CommandError::invalid(
+                            "etcd peer member",
+                            member,
+                            "has no endpoint for this control plane: every member with an etcd \
+                             member may become the host",
+                        ));
+                    }
+                    if let Some((other, _)) = self
+                        .endpoints
+                        .iter()
+                        .find(|(_, endpoint)| *endpoint == peer)
+                    {
+                        return Err(CommandError::invalid(
+                            "etcd peer address",
+                            peer,
+                            format!("is also {other}'s client endpoint"),
+                        ));
+                    }
+                }
+                Ok(())
+            }
+        }
     }
 }
 

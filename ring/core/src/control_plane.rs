@@ -7,6 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::backup_report::BackupReport;
+use super::etcd_cluster::{EtcdCluster, Tolerance};
 use super::migration::{Migration, MigrationStep};
 use super::vec_map::VecMap;
 
@@ -112,6 +113,20 @@ pub struct ControlPlane {
     /// `running`; cleared by every move). Named apart from `backup`, the location URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_status: Option<BackupReport>,
+    /// What failure its etcd survives (see [`crate::etcd_cluster`]).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub tolerance: Tolerance,
+    /// Member name -> `host:port` of its etcd member there, for the members that may run one
+    /// (zone tolerance only; from `ControlPlaneSpec::etcd_peers`).
+    #[serde(default, skip_serializing_if = "VecMap::is_empty")]
+    pub etcd_peers: VecMap<String, String>,
+    /// Its etcd cluster (zone tolerance only): `None` until it is placed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd: Option<EtcdCluster>,
+}
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
 }
 
 impl ControlPlane {

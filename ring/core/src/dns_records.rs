@@ -197,6 +197,8 @@ mod tests {
                 backups: Default::default(),
                 host: Some("a".into()),
                 prefer: Vec::new(),
+                tolerance: Default::default(),
+                etcd_peers: Default::default(),
             }),
         );
         state

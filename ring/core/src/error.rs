@@ -112,6 +112,40 @@ pub enum CommandError {
         /// What it hosts.
         control_planes: Vec<String>,
     },
+    /// A removal of a member that still runs etcd members of zone-tolerant control planes.
+    #[error(
+        "member {name} ({id}) runs etcd members of the zone-tolerant control planes {}; remove them or replace its etcd members first",
+        control_planes.join(", ")
+    )]
+    RunsEtcdMembers {
+        /// The member.
+        name: String,
+        /// Its id.
+        id: NodeId,
+        /// Whose etcd members it runs.
+        control_planes: Vec<String>,
+    },
+    /// A zone-tolerant control plane whose etcd members cannot be placed in distinct zones.
+    #[error("control plane {control_plane}: {why}")]
+    TooFewZones {
+        /// The control plane.
+        control_plane: String,
+        /// Which zones have eligible members, and why the others are not.
+        why: String,
+    },
+    /// A move of a zone-tolerant control plane to a member that runs none of its etcd members.
+    #[error(
+        "control plane {control_plane} is zone-tolerant: only its etcd members ({}) may host it, not {member}",
+        members.join(", ")
+    )]
+    NotAnEtcdMember {
+        /// The control plane.
+        control_plane: String,
+        /// The member named.
+        member: String,
+        /// Its etcd members.
+        members: Vec<String>,
+    },
     /// A removal of the last voter.
     #[error("member {name} ({id}) is the last voter; a ring cannot remove its last voter")]
     LastVoter {
@@ -348,6 +382,9 @@ impl CommandError {
             CommandError::DuplicateAddress { .. } => "duplicate_address",
             CommandError::NotJoinedYet { .. } => "not_joined_yet",
             CommandError::HostsControlPlanes { .. } => "hosts_control_planes",
+            CommandError::RunsEtcdMembers { .. } => "runs_etcd_members",
+            CommandError::TooFewZones { .. } => "too_few_zones",
+            CommandError::NotAnEtcdMember { .. } => "not_an_etcd_member",
             CommandError::LastVoter { .. } => "last_voter",
             CommandError::NothingToRecover => "nothing_to_recover",
             CommandError::RecoveryFromRetiredMember { .. } => "recovery_from_retired_member",

@@ -24,7 +24,10 @@
 //! - [`command`]: what can be proposed.
 //! - [`member`], [`control_plane`]: what the ring records about each member and control plane.
 //! - [`state`]: [`RingState`](state::RingState), plus `apply`.
-//! - [`placement`]: the pure choice of a host for a control plane.
+//! - [`placement`]: the pure choice of a host for a control plane, and of the members of a
+//!   zone-tolerant control plane's etcd cluster.
+//! - [`etcd_cluster`]: zone-tolerant control planes, whose etcd has a member in each of three
+//!   zones ([`Tolerance`](etcd_cluster::Tolerance), [`EtcdCluster`](etcd_cluster::EtcdCluster)).
 //! - [`history`]: the bounded record of who did what, when and why.
 //! - [`timing`]: [`Timing`](timing::Timing), the Raft and failure-detection timings.
 //! - [`health`]: a member's health judged from its silence.
@@ -46,6 +49,7 @@ pub mod control_plane;
 pub mod controller;
 pub mod dns_records;
 pub mod error;
+pub mod etcd_cluster;
 pub mod health;
 pub mod history;
 pub mod limits;

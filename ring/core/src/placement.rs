@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use super::command::ControlPlaneSpec;
 use super::control_plane::ControlPlane;
+use super::etcd_cluster::{EtcdCluster, ZONE_TOLERANT_MEMBERS};
 use super::member::{Health, Member, Role};
 use super::vec_map::VecMap;
 
@@ -43,6 +44,9 @@ pub struct Request<'a> {
     pub avoid_zone: Option<&'a str>,
     /// Preferred members, most preferred first.
     pub prefer: &'a [String],
+    /// Only these members may host it: a zone-tolerant control plane's host is always one of
+    /// its etcd members.
+    pub only: Option<&'a EtcdCluster>,
 }
 
 impl<'a> Request<'a> {
@@ -55,6 +59,7 @@ impl<'a> Request<'a> {
             exclude: None,
             avoid_zone: None,
             prefer: &spec.prefer,
+            only: None,
         }
     }
 
@@ -67,6 +72,7 @@ impl<'a> Request<'a> {
             exclude: cp.host.as_deref(),
             avoid_zone: None,
             prefer: &cp.prefer,
+            only: cp.etcd.as_ref(),
         }
     }
 
@@ -134,6 +140,7 @@ pub fn choose_host_planned(
         // need to explain them.
         let reason = if !request.endpoints.contains_key(&m.name)
             || request.exclude == Some(m.name.as_str())
+            || request.only.is_some_and(|c| !c.contains(&m.name))
         {
             None
         } else if request.home == Some(m.name.as_str()) {
@@ -172,4 +179,127 @@ pub fn choose_host_planned(
             why_not,
         }),
     }
+}
+
+/// Why a zone-tolerant control plane's etcd members cannot be chosen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "tolerance zone needs an etcd member on {ZONE_TOLERANT_MEMBERS} eligible members in distinct zones; {}{}",
+    if zones.is_empty() { "no member is eligible".to_string() } else { format!("eligible members are in {} zone(s): {}", zones.len(), zones.join(", ")) },
+    if why_not.is_empty() { String::new() } else { format!("; not eligible: {}", why_not.join(", ")) }
+)]
+pub struct TooFewZones {
+    /// `<zone> (<members>)` for each zone with an eligible member.
+    pub zones: Vec<String>,
+    /// `<member> <reason>` for each member with an etcd peer address that is not eligible.
+    pub why_not: Vec<String>,
+}
+
+/// The members of a new zone-tolerant control plane's etcd cluster: its host (`host`, or the
+/// one [`choose_host`] picks among the members with an etcd peer address) and one member in
+/// each of two other zones, [`ZONE_TOLERANT_MEMBERS`] in all, in distinct zones. Eligible are
+/// the members with an etcd peer address that could host it (not its home or in its home's
+/// zone, not joining, suspect, lost or cordoned); in each zone the operator's preference wins,
+/// then the member hosting the fewest control planes, then the lowest id. Returns the host and
+/// the members (the host among them), in the order chosen.
+pub fn choose_etcd_members(
+    state: &impl Roster,
+    spec: &ControlPlaneSpec,
+    host: Option<&str>,
+) -> Result<(String, Vec<String>), TooFewZones> {
+    let home_zone = spec
+        .home
+        .as_deref()
+        .and_then(|home| state.member_by_name(home))
+        .map(|m| m.zone.as_str());
+    let rank = |m: &Member| {
+        spec.prefer
+            .iter()
+            .position(|p| match p.split_once('=') {
+                Some((key, value)) => m.labels.get(key).is_some_and(|v| v == value),
+                None => *p == m.name,
+            })
+            .unwrap_or(usize::MAX)
+    };
+    let mut why_not = Vec::new();
+    // Zone -> eligible members, best first.
+    let mut by_zone: BTreeMap<&str, Vec<(usize, usize, u64, &str)>> = BTreeMap::new();
+    for m in state.members() {
+        if !spec.etcd_peers.contains_key(&m.name) {
+            continue;
+        }
+        let reason = if spec.home.as_deref() == Some(m.name.as_str()) {
+            Some("its home".to_string())
+        } else if m.role == Role::Joining {
+            Some("joining".into())
+        } else if matches!(m.health, Health::Suspect | Health::Lost) {
+            Some(m.health.to_string())
+        } else if m.cordoned {
+            Some("cordoned".into())
+        } else if home_zone == Some(m.zone.as_str()) {
+            Some(format!("in the home zone {}", m.zone))
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => why_not.push(format!("{} {reason}", m.name)),
+            None => by_zone.entry(&m.zone).or_default().push((
+                rank(m),
+                state.hosted_count(&m.name),
+                m.id,
+                &m.name,
+            )),
+        }
+    }
+    for members in by_zone.values_mut() {
+        members.sort();
+    }
+    let too_few = |by_zone: &BTreeMap<&str, Vec<(usize, usize, u64, &str)>>,
+                   why_not: Vec<String>| TooFewZones {
+        zones: by_zone
+            .iter()
+            .map(|(zone, ms)| {
+                format!(
+                    "{zone} ({})",
+                    ms.iter().map(|m| m.3).collect::<Vec<_>>().join(" ")
+                )
+            })
+            .collect(),
+        why_not,
+    };
+    if by_zone.len() < ZONE_TOLERANT_MEMBERS {
+        return Err(too_few(&by_zone, why_not));
+    }
+    let host = match host {
+        Some(h) => h.to_string(),
+        None => {
+            let request = Request {
+                endpoints: &spec.etcd_peers,
+                ..Request::new(spec)
+            };
+            choose_host(state, &request, 0).map_err(|_| too_few(&by_zone, why_not.clone()))?
+        }
+    };
+    let host_zone = state
+        .member_by_name(&host)
+        .map(|m| m.zone.clone())
+        .unwrap_or_default();
+    let mut chosen = vec![host.clone()];
+    // The best member of each other zone, then the best of those.
+    let mut others: Vec<(usize, usize, u64, &str)> = by_zone
+        .iter()
+        .filter(|(zone, _)| **zone != host_zone)
+        .filter_map(|(_, ms)| ms.first().copied())
+        .collect();
+    others.sort();
+    chosen.extend(
+        others
+            .iter()
+            .take(ZONE_TOLERANT_MEMBERS - 1)
+            .map(|m| m.3.to_string()),
+    );
+    if chosen.len() < ZONE_TOLERANT_MEMBERS {
+        return Err(too_few(&by_zone, why_not));
+    }
+    Ok((host, chosen))
 }

@@ -16,6 +16,7 @@ use super::backup_report::BackupReport;
 use super::command::{Command, ControlPlaneSpec, Proposal};
 use super::control_plane::{ControlPlane, MoveKind, Phase};
 use super::error::{CommandError, ReportKind, Unfitness};
+use super::etcd_cluster::{EtcdCluster, EtcdHealth, EtcdMember, Tolerance, ZONE_TOLERANT_MEMBERS};
 use super::history::{Event, History};
 use super::limits::{MAX_CONTROL_PLANES, MAX_MEMBERS};
 use super::member::{Health, Member, MemberSpec, Role};
@@ -107,6 +108,8 @@ pub struct Index {
     unsettled: BTreeSet<String>,
     /// DNS name -> the control plane that has it.
     by_dns_name: BTreeMap<String, String>,
+    /// Member name -> the zone-tolerant control planes it runs an etcd member of.
+    replicas: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Index {
@@ -137,6 +140,12 @@ impl Index {
         }
         self.by_dns_name
             .insert(cp.dns_name.clone(), cp.name.clone());
+        for member in cp.etcd.iter().flat_map(|c| c.names()) {
+            self.replicas
+                .entry(member.to_string())
+                .or_default()
+                .insert(cp.name.clone());
+        }
     }
 
     fn remove(&mut self, cp: &ControlPlane) {
@@ -157,6 +166,9 @@ impl Index {
         self.unsettled.remove(&cp.name);
         if self.by_dns_name.get(&cp.dns_name) == Some(&cp.name) {
             self.by_dns_name.remove(&cp.dns_name);
+        }
+        for member in cp.etcd.iter().flat_map(|c| c.names()) {
+            take(&mut self.replicas, member, &cp.name);
         }
     }
 }
@@ -188,6 +200,39 @@ impl RingState {
             .filter(|cp| matches!(cp.phase, Phase::Starting | Phase::Running))
             .map(|cp| (cp.name.clone(), cp.epoch))
             .collect()
+    }
+
+    /// The etcd members the member named `name` runs: zone-tolerant control plane -> the
+    /// cluster generation its member joined at ([`EtcdMember::joined`]). Unlike [`grants`]
+    /// this does not depend on the phase or the host: an etcd member runs for as long as it
+    /// belongs to the cluster (etcd itself keeps its members consistent; only the host's gate,
+    /// which clients reach, is fenced by epochs). The lease covers these too, so a member cut
+    /// off from the ring stops them at its deadline like everything else it runs.
+    ///
+    /// [`grants`]: RingState::grants
+    pub fn replica_grants(&self, name: &str) -> BTreeMap<String, u64> {
+        self.lookup(self.index.replicas.get(name))
+            .filter_map(|cp| {
+                let member = cp.etcd.as_ref()?.member(name)?;
+                Some((cp.name.clone(), member.joined))
+            })
+            .collect()
+    }
+
+    /// How the etcd cluster of a zone-tolerant control plane stands, as far as the ring can
+    /// tell: members whose ring member is judged lost, or no longer registered, are down.
+    /// `None` for a control plane with one etcd.
+    pub fn etcd_health(&self, cp: &ControlPlane) -> Option<EtcdHealth> {
+        let cluster = cp.etcd.as_ref()?;
+        Some(cluster.health(|name| {
+            self.member_by_name(name)
+                .is_some_and(|m| m.health != Health::Lost)
+        }))
+    }
+
+    /// The zone-tolerant control planes the member named `name` runs an etcd member of.
+    pub fn replicas_on<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a ControlPlane> + 'a {
+        self.lookup(self.index.replicas.get(name))
     }
 
     /// Names of the control planes hosted by the member named `name`.
@@ -331,7 +376,9 @@ impl RingState {
                 Some(detail) => detail,
                 None => return Ok(()),
             },
-            Command::AddControlPlane(spec) => self.add_control_plane(spec, proposal.at_ms)?,
+            Command::AddControlPlane(spec) => {
+                self.add_control_plane(spec, index, proposal.at_ms)?
+            }
             Command::RemoveControlPlane { name } => self.remove_control_plane(name)?,
             Command::MoveControlPlane {
                 name,
@@ -552,6 +599,17 @@ impl RingState {
                 name: member.name.clone(),
                 id,
                 control_planes: hosted.iter().map(|cp| cp.to_string()).collect(),
+            });
+        }
+        let replicas: Vec<String> = self
+            .replicas_on(&member.name)
+            .map(|cp| cp.name.clone())
+            .collect();
+        if !replicas.is_empty() {
+            return Err(CommandError::RunsEtcdMembers {
+                name: member.name.clone(),
+                id,
+                control_planes: replicas,
             });
         }
         let voters = self
@@ -799,6 +857,15 @@ impl RingState {
                     member: to.to_string(),
                 });
             }
+            if let Some(cluster) = &cp.etcd
+                && !cluster.contains(to)
+            {
+                return Err(CommandError::NotAnEtcdMember {
+                    control_plane: name.to_string(),
+                    member: to.to_string(),
+                    members: cluster.names().map(str::to_string).collect(),
+                });
+            }
             if member.role == Role::Joining {
                 return Err(CommandError::MoveToJoining {
                     member: to.to_string(),
@@ -1030,6 +1097,7 @@ impl RingState {
     fn add_control_plane(
         &mut self,
         spec: &ControlPlaneSpec,
+        index: u64,
         at_ms: u64,
     ) -> Result<String, CommandError> {
         if self.control_planes.contains_key(&spec.name) {
@@ -1088,16 +1156,52 @@ impl RingState {
                 });
             }
         }
-        let choice = match &spec.host {
-            Some(host) => Ok(host.clone()),
-            None => placement::choose_host(self, &placement::Request::new(spec), 0),
+        let mut etcd = None;
+        let choice = if spec.tolerance == Tolerance::Zone {
+            // A zone-tolerant control plane is placed whole or refused: its etcd cluster is
+            // formed once, by the members chosen now.
+            let (host, members) = placement::choose_etcd_members(self, spec, spec.host.as_deref())
+                .map_err(|why| CommandError::TooFewZones {
+                    control_plane: spec.name.clone(),
+                    why: why.to_string(),
+                })?;
+            etcd = Some(EtcdCluster {
+                token: format!("{}-{}", spec.name, index),
+                generation: 1,
+                members: members
+                    .into_iter()
+                    .map(|member| EtcdMember {
+                        peer: spec.etcd_peers.get(&member).cloned().unwrap_or_default(),
+                        member,
+                        joined: 1,
+                    })
+                    .collect(),
+            });
+            Ok(host)
+        } else {
+            match &spec.host {
+                Some(host) => Ok(host.clone()),
+                None => placement::choose_host(self, &placement::Request::new(spec), 0),
+            }
         };
         let (host, epoch, phase, unplaced_reason) = match choice {
             Ok(h) => (Some(h), 1, Phase::Starting, String::new()),
             Err(why) => (None, 0, Phase::Unplaced, why.to_string()),
         };
+        let etcd_detail = etcd
+            .as_ref()
+            .map(|c| {
+                format!(
+                    "; etcd members on {}",
+                    c.names().collect::<Vec<_>>().join(", ")
+                )
+            })
+            .unwrap_or_default();
         let detail = match &host {
-            Some(h) => format!("dns {} hosted on {h} at epoch {epoch}", spec.dns_name),
+            Some(h) => format!(
+                "dns {} hosted on {h} at epoch {epoch}{etcd_detail}",
+                spec.dns_name
+            ),
             None => format!("dns {} unplaced: {unplaced_reason}", spec.dns_name),
         };
         // Its data (if any: a bucket an earlier etcd-backup-restore or ring wrote) comes from
@@ -1132,6 +1236,9 @@ impl RingState {
                 migration,
                 labels: BTreeMap::new(),
                 backup_status: None,
+                tolerance: spec.tolerance,
+                etcd_peers: spec.etcd_peers.clone(),
+                etcd,
             }),
         );
         Ok(detail)
@@ -1274,6 +1381,32 @@ fn check_control_plane(cp: &ControlPlane) {
         }
         (None, Phase::Unplaced) => {}
         (host, phase) => panic!("{name} has host {host:?} in phase {phase}"),
+    }
+    match (cp.tolerance, &cp.etcd) {
+        (Tolerance::None, None) => assert!(
+            cp.etcd_peers.is_empty(),
+            "{name} has etcd peer addresses without zone tolerance"
+        ),
+        (Tolerance::Zone, Some(cluster)) => {
+            let names: BTreeSet<&str> = cluster.names().collect();
+            assert_eq!(
+                names.len(),
+                cluster.members.len(),
+                "{name}'s etcd cluster names a member twice"
+            );
+            assert!(
+                cluster.members.len() >= ZONE_TOLERANT_MEMBERS,
+                "{name}'s etcd cluster has {} members",
+                cluster.members.len()
+            );
+            if let Some(host) = &cp.host {
+                assert!(
+                    cluster.contains(host),
+                    "{name} is hosted on {host}, which runs none of its etcd members"
+                );
+            }
+        }
+        (tolerance, etcd) => panic!("{name} has tolerance {tolerance} and etcd cluster {etcd:?}"),
     }
     assert!(
         cp.backup_status.is_none() || cp.phase == Phase::Running,

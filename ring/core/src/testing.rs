@@ -90,8 +90,20 @@ impl Ring {
             backups: Default::default(),
             host: Some(host.into()),
             prefer: Vec::new(),
+            tolerance: Default::default(),
+            etcd_peers: Default::default(),
         }))
         .unwrap();
+    }
+
+    /// A zone-tolerant control plane `name` with endpoints and etcd peer addresses on a..d,
+    /// hosted on `host` (or where placement puts it).
+    pub(crate) fn add_zone_tolerant(
+        &mut self,
+        name: &str,
+        host: Option<&str>,
+    ) -> Result<(), crate::CommandError> {
+        self.apply(Command::AddControlPlane(zone_tolerant_spec(name, host)))
     }
 
     pub(crate) fn run(&mut self, obs: &mut Observations) -> Vec<Decision> {
@@ -129,5 +141,27 @@ impl Ring {
             health: Health::Lost,
         })
         .unwrap();
+    }
+}
+
+/// The spec of a zone-tolerant control plane with endpoints and etcd peers on a..d.
+pub(crate) fn zone_tolerant_spec(name: &str, host: Option<&str>) -> ControlPlaneSpec {
+    ControlPlaneSpec {
+        name: name.into(),
+        home: None,
+        dns_name: format!("{name}.ring.example"),
+        endpoints: ["a", "b", "c", "d"]
+            .iter()
+            .map(|m| (m.to_string(), format!("{m}.example:443")))
+            .collect(),
+        backup: format!("s3://backups/{name}"),
+        backups: Default::default(),
+        host: host.map(str::to_string),
+        prefer: Vec::new(),
+        tolerance: crate::etcd_cluster::Tolerance::Zone,
+        etcd_peers: ["a", "b", "c", "d"]
+            .iter()
+            .map(|m| (m.to_string(), format!("{m}.example:2380")))
+            .collect(),
     }
 }

@@ -2,7 +2,8 @@
 
 use tonic::Status;
 
-use crate::core::{CommandError, ControlPlane, Event, Member};
+use crate::core::etcd_cluster::EtcdHealth;
+use crate::core::{CommandError, ControlPlane, Event, Member, RingState};
 use crate::pb;
 
 /// A member as the API shows it.
@@ -20,8 +21,9 @@ pub fn member(m: &Member) -> pb::Member {
     }
 }
 
-/// A control plane as the API shows it.
-pub fn control_plane(cp: &ControlPlane) -> pb::ControlPlane {
+/// A control plane as the API shows it; `state` (the ring it belongs to) tells how its etcd
+/// cluster stands.
+pub fn control_plane(cp: &ControlPlane, state: &RingState) -> pb::ControlPlane {
     pb::ControlPlane {
         name: cp.name.clone(),
         home: cp.home.clone().unwrap_or_default(),
@@ -42,6 +44,35 @@ pub fn control_plane(cp: &ControlPlane) -> pb::ControlPlane {
         migration: cp.migration.as_ref().map(migration),
         labels: cp.labels.clone(),
         backup_status: cp.backup_status.as_ref().map(backup_status),
+        tolerance: cp.tolerance.to_string(),
+        etcd_peers: cp
+            .etcd_peers
+            .iter()
+            .map(|(m, p)| (m.clone(), p.clone()))
+            .collect(),
+        etcd: cp.etcd.as_ref().map(|cluster| {
+            let health = state
+                .etcd_health(cp)
+                .expect("a control plane with an etcd cluster has its health");
+            pb::EtcdCluster {
+                token: cluster.token.clone(),
+                generation: cluster.generation,
+                members: cluster
+                    .members
+                    .iter()
+                    .map(|m| pb::EtcdClusterMember {
+                        member: m.member.clone(),
+                        peer: m.peer.clone(),
+                        joined: m.joined,
+                    })
+                    .collect(),
+                health: health.word().to_string(),
+                down: match health {
+                    EtcdHealth::Whole { .. } => Vec::new(),
+                    EtcdHealth::Degraded { down, .. } | EtcdHealth::NoQuorum { down, .. } => down,
+                },
+            }
+        }),
     }
 }
 

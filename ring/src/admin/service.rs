@@ -22,6 +22,7 @@ use super::convert::{command_error, control_plane, event, member, non_empty};
 use super::{MAX_ADMIN_MESSAGE_BYTES, is_connection_failure, retry_safe};
 use crate::config::Timing;
 use crate::core::controller::Policy;
+use crate::core::etcd_cluster::Tolerance;
 use crate::core::limits::MAX_PROPOSAL_BYTES;
 use crate::core::operator::{self, OperatorError, OperatorMove, PlannedMove};
 use crate::core::{Command, ControlPlaneSpec, Health, Member, MemberSpec, Proposal, Role};
@@ -297,7 +298,7 @@ impl AdminService {
                 .control_planes
                 .get(name)
                 .map(Box::as_ref)
-                .map(control_plane)
+                .map(|cp| control_plane(cp, &a.state))
         })
     }
 
@@ -612,7 +613,7 @@ impl Admin for AdminService {
                     .control_planes
                     .values()
                     .map(Box::as_ref)
-                    .map(control_plane)
+                    .map(|cp| control_plane(cp, &a.state))
                     .collect(),
                 a.state.settings.paused,
                 a.applied_index(),
@@ -755,7 +756,7 @@ impl Admin for AdminService {
                 .control_planes
                 .values()
                 .map(Box::as_ref)
-                .map(control_plane)
+                .map(|cp| control_plane(cp, &a.state))
                 .collect()
         });
         Ok(Response::new(pb::ControlPlaneListResponse {
@@ -791,6 +792,15 @@ impl Admin for AdminService {
             backups: req.backups.into_iter().collect(),
             host: non_empty(req.host),
             prefer: req.prefer,
+            tolerance: match req.tolerance.as_str() {
+                "" => Tolerance::None,
+                text => Tolerance::parse(text).ok_or_else(|| {
+                    Status::invalid_argument(format!(
+                        "invalid tolerance {text:?}: must be none or zone"
+                    ))
+                })?,
+            },
+            etcd_peers: req.etcd_peers.into_iter().collect(),
         };
         let name = spec.name.clone();
         let index = self

@@ -26,8 +26,9 @@ use std::sync::Arc;
 
 use super::backup_status::BackupStatuses;
 use super::etcd::{EtcdInstance, EtcdRuntime, InstancePhase, SnapshotTimes};
+use super::etcd_replica::EtcdReplica;
 use super::workload::Guard;
-pub use super::workload::{DriverError, MigrationTarget, Target};
+pub use super::workload::{DriverError, MigrationTarget, ReplicaTarget, Target};
 use crate::config::{Config, DriverKind, DriverSettings};
 use crate::time::monotonic_ms;
 
@@ -40,6 +41,23 @@ struct Instance {
     guard: Option<Guard>,
 }
 
+/// This member's etcd member of a zone-tolerant control plane: run by the `etcd` driver; with
+/// the others (which run no etcd) only a deadline in memory, so that the ring's bookkeeping
+/// is the same whatever the driver.
+enum Replica {
+    Memory { joined: u64, deadline_ms: u64 },
+    Etcd(EtcdReplica),
+}
+
+impl Replica {
+    fn joined(&self) -> u64 {
+        match self {
+            Replica::Memory { joined, .. } => *joined,
+            Replica::Etcd(r) => r.joined(),
+        }
+    }
+}
+
 /// The workloads of one member.
 pub struct Workloads {
     member: String,
@@ -49,6 +67,7 @@ pub struct Workloads {
     instances: BTreeMap<String, Instance>,
     etcd: Option<Arc<EtcdRuntime>>,
     etcd_instances: BTreeMap<String, EtcdInstance>,
+    replicas: BTreeMap<String, Replica>,
     snapshots: Arc<SnapshotTimes>,
     backups: Arc<BackupStatuses>,
 }
@@ -73,6 +92,7 @@ impl Workloads {
             instances: BTreeMap::new(),
             etcd: None,
             etcd_instances: BTreeMap::new(),
+            replicas: BTreeMap::new(),
             snapshots: Arc::default(),
             backups: Arc::default(),
         }
@@ -96,6 +116,7 @@ impl Workloads {
                 timing: config.timing.clone(),
                 snapshots: workloads.snapshots.clone(),
                 backups: workloads.backups.clone(),
+                peer_tls: config.tls.as_ref().map(|t| t.files.clone()),
             }));
         }
         Ok(workloads)
@@ -196,9 +217,28 @@ impl Workloads {
                     epoch: old.target().epoch,
                 });
             }
-            tracing::info!("starting etcd");
+            let replica = if target.zone_tolerant {
+                match self.replicas.get(&target.name) {
+                    Some(Replica::Etcd(replica)) => Some(replica.handle()),
+                    _ => {
+                        return Err(DriverError::NoReplica {
+                            name: target.name.clone(),
+                        });
+                    }
+                }
+            } else {
+                None
+            };
+            tracing::info!(
+                "starting etcd{}",
+                if replica.is_some() {
+                    " (the front end of this member's etcd member)"
+                } else {
+                    ""
+                }
+            );
             let name = target.name.clone();
-            let instance = EtcdInstance::start(runtime.clone(), target, deadline_ms);
+            let instance = EtcdInstance::start(runtime.clone(), target, deadline_ms, replica);
             self.etcd_instances.insert(name, instance);
             return Ok(());
         }
@@ -243,6 +283,81 @@ impl Workloads {
             },
         );
         Ok(())
+    }
+
+    /// Starts this member's etcd member of a zone-tolerant control plane, to be stopped at
+    /// `deadline_ms` (monotonic) unless extended.
+    pub fn start_replica(&mut self, target: ReplicaTarget, deadline_ms: u64) {
+        if let Some(old) = self.replicas.get(&target.name) {
+            if old.joined() == target.joined {
+                return;
+            }
+            // Another generation: never two etcd members of one control plane here.
+            tracing::info!(
+                "etcd member of {} (joined at {}) still stopping; the new one starts next round",
+                target.name,
+                old.joined()
+            );
+            return;
+        }
+        let replica = match &self.etcd {
+            Some(runtime) => {
+                tracing::info!("starting etcd member of {}", target.name);
+                Replica::Etcd(EtcdReplica::start(
+                    runtime.clone(),
+                    target.clone(),
+                    deadline_ms,
+                ))
+            }
+            None => Replica::Memory {
+                joined: target.joined,
+                deadline_ms,
+            },
+        };
+        self.replicas.insert(target.name, replica);
+    }
+
+    /// Moves the deadline of this member's etcd member of `name` (joined at `joined`).
+    pub fn extend_replica(&mut self, name: &str, joined: u64, deadline_ms: u64) {
+        match self.replicas.get_mut(name) {
+            Some(Replica::Etcd(r)) if r.joined() == joined => r.extend(deadline_ms),
+            Some(Replica::Memory {
+                joined: j,
+                deadline_ms: d,
+            }) if *j == joined => *d = (*d).max(deadline_ms),
+            _ => {}
+        }
+    }
+
+    /// Stops this member's etcd member of `name` (joined at `joined`).
+    pub fn stop_replica(&mut self, name: &str, joined: u64) {
+        match self.replicas.get(name) {
+            Some(Replica::Etcd(r)) if r.joined() == joined => r.stop(),
+            Some(Replica::Memory { joined: j, .. }) if *j == joined => {
+                self.replicas.remove(name);
+            }
+            _ => {}
+        }
+    }
+
+    /// The etcd members this member runs (control plane -> generation joined); those that
+    /// ended (stopped, or their lease ran out) are dropped.
+    pub fn running_replicas(&mut self) -> BTreeMap<String, u64> {
+        let now = monotonic_ms();
+        self.replicas.retain(|name, replica| {
+            let ended = match replica {
+                Replica::Memory { deadline_ms, .. } => now >= *deadline_ms,
+                Replica::Etcd(r) => r.ended(),
+            };
+            if ended {
+                tracing::info!(control_plane = %name, "etcd member ended");
+            }
+            !ended
+        });
+        self.replicas
+            .iter()
+            .map(|(name, r)| (name.clone(), r.joined()))
+            .collect()
     }
 
     /// Moves the deadline of the running instance of `name` at `epoch`.
@@ -439,6 +554,8 @@ mod tests {
                 backups: [("b".to_string(), "file:///backups/b/x".to_string())].into(),
                 host: Some("a".into()),
                 prefer: Vec::new(),
+                tolerance: Default::default(),
+                etcd_peers: Default::default(),
             }),
         );
         state

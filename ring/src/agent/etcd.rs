@@ -39,6 +39,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
 use super::etcd_backups::{Backups, Stored};
+use super::etcd_replica::ReplicaHandle;
 pub use super::etcd_runtime::{EtcdRuntime, SnapshotTimes};
 use super::gate::Gate;
 use super::lease::lease_runs_out;
@@ -129,7 +130,15 @@ pub struct EtcdInstance {
 impl EtcdInstance {
     /// Starts preparing and then serving `target` until `deadline_ms` (monotonic) unless
     /// extended.
-    pub fn start(runtime: Arc<EtcdRuntime>, target: Target, deadline_ms: u64) -> Self {
+    /// A zone-tolerant control plane's instance is the front end of `replica`, this member's
+    /// etcd member of it: no data is prepared and no etcd started; the gate opens once the
+    /// cluster answers a linearizable read through it.
+    pub fn start(
+        runtime: Arc<EtcdRuntime>,
+        target: Target,
+        deadline_ms: u64,
+        replica: Option<ReplicaHandle>,
+    ) -> Self {
         let (deadline, deadline_rx) = watch::channel(deadline_ms);
         let (stop, stop_rx) = watch::channel(false);
         let shared = Arc::new(Shared {
@@ -151,6 +160,7 @@ impl EtcdInstance {
                 shared.clone(),
                 deadline_rx,
                 stop_rx,
+                replica,
             )
             .instrument(span),
         );
@@ -307,6 +317,7 @@ async fn run(
     shared: Arc<Shared>,
     mut deadline: watch::Receiver<u64>,
     mut stop: watch::Receiver<bool>,
+    replica: Option<ReplicaHandle>,
 ) {
     let name = target.name.clone();
     let epoch = target.epoch;
@@ -320,7 +331,13 @@ async fn run(
         }
     }
     let _forget = Forget(&runtime, &name, epoch);
-    if !dir.join("etcd").is_dir() {
+    if replica.is_some() {
+        // The etcd cluster holds the data: nothing to copy or restore, nothing lost.
+        shared.report(MigrationStep::Starting, |r| {
+            r.data_loss_window_ms = Some(0);
+            r.note = "zone-tolerant: the etcd cluster holds the data; no copy, no restore".into();
+        });
+    } else if !dir.join("etcd").is_dir() {
         let prepared = tokio::select! {
             prepared = prepare(&runtime, &target, &shared) => prepared,
             _ = stopped(&mut stop) => Err(InstanceError::StoppedWhilePreparing),
@@ -335,7 +352,21 @@ async fn run(
         tracing::info!(dir = %dir.display(), "data of this epoch is here already: etcd starts on it");
     }
     shared.report(MigrationStep::Starting, |_| {});
-    let ending = match serve(&runtime, &target, &shared, &mut deadline, &mut stop).await {
+    let served = match replica {
+        Some(replica) => {
+            front(
+                &runtime,
+                &target,
+                &shared,
+                replica,
+                &mut deadline,
+                &mut stop,
+            )
+            .await
+        }
+        None => serve(&runtime, &target, &shared, &mut deadline, &mut stop).await,
+    };
+    let ending = match served {
         Ok(ending) => ending,
         Err(why) => {
             tracing::error!("{why}");
@@ -617,7 +648,6 @@ async fn serve(
 ) -> Result<Ending, InstanceError> {
     let name = &target.name;
     let epoch = target.epoch;
-    let public = resolve(&target.endpoint).await?;
     let client_port = free_port()?;
     let peer_port = free_port()?;
     let client_url = format!("http://127.0.0.1:{client_port}");
@@ -694,24 +724,172 @@ async fn serve(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let gate = match Gate::open(
-        public,
-        SocketAddr::from(([127, 0, 0, 1], client_port)),
-        deadline.clone(),
+    tracing::info!("etcd runs on {client_url} (data in {})", dir.display());
+    let relay_to = SocketAddr::from(([127, 0, 0, 1], client_port));
+    behind_gate(
+        runtime,
+        target,
+        shared,
+        client,
+        relay_to,
+        Backend::Own(guard),
+        deadline,
+        stop,
     )
     .await
-    {
+}
+
+/// What an instance's etcd is: its own process (under its guard), or this member's etcd member
+/// of a zone-tolerant control plane, which runs on and which the instance only fronts.
+enum Backend {
+    Own(Guard),
+    Replica(ReplicaHandle),
+}
+
+impl Backend {
+    /// Resolves when the etcd behind the gate ends, with how.
+    async fn ended(&mut self) -> String {
+        match self {
+            Backend::Own(guard) => guard.wait().await,
+            Backend::Replica(replica) => {
+                let _ = replica.client_url.wait_for(Option::is_none).await;
+                "this member's etcd member stopped".into()
+            }
+        }
+    }
+
+    async fn set_deadline(&mut self, deadline_ms: u64) {
+        if let Backend::Own(guard) = self {
+            guard.set_deadline(deadline_ms).await;
+        }
+    }
+
+    /// Stops an own etcd; an etcd member runs on.
+    async fn stop(&mut self, fence_ms: u64) {
+        if let Backend::Own(guard) = self {
+            guard.stop(fence_ms).await;
+        }
+    }
+
+    /// Whether etcd answers: a status for an own etcd, a linearizable read (which needs a
+    /// quorum of the cluster) for an etcd member.
+    async fn answers(&self, client: &EtcdClient) -> bool {
+        match self {
+            Backend::Own(_) => client.status().await.is_ok(),
+            Backend::Replica(_) => client.get(HEALTH_KEY).await.is_ok(),
+        }
+    }
+}
+
+/// The key a zone-tolerant front end reads (linearizably) to tell that its cluster has a
+/// quorum; it need not exist.
+const HEALTH_KEY: &[u8] = b"/garden-ring/health";
+
+/// Fronts this member's etcd member of a zone-tolerant control plane: once the cluster answers
+/// a linearizable read through it, the gate opens on the public endpoint and the backups are
+/// taken, as for an own etcd, until told to stop; etcd itself runs on.
+async fn front(
+    runtime: &Arc<EtcdRuntime>,
+    target: &Target,
+    shared: &Shared,
+    mut replica: ReplicaHandle,
+    deadline: &mut watch::Receiver<u64>,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<Ending, InstanceError> {
+    let client_options = EtcdClientOptions {
+        connect_timeout_ms: 500,
+        request_timeout_ms: runtime.timing.workload_request_timeout_ms(),
+        ..EtcdClientOptions::default()
+    };
+    let started = monotonic_ms();
+    let mut waiting_logged = false;
+    let (client, relay_to) = loop {
+        if *stop.borrow() {
+            return Ok(Ending::Stopped);
+        }
+        if monotonic_ms() >= *deadline.borrow() {
+            return Ok(Ending::LeaseRunningOut);
+        }
+        let url = replica.client_url.borrow_and_update().clone();
+        if let Some(url) = url
+            && let Ok(client) = EtcdClient::connect(&url, client_options).await
+            && client.get(HEALTH_KEY).await.is_ok()
+        {
+            let relay_to = url
+                .trim_start_matches("http://")
+                .parse::<SocketAddr>()
+                .map_err(|e| InstanceError::Resolve {
+                    endpoint: url.clone(),
+                    source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
+                })?;
+            break (client, relay_to);
+        }
+        if !waiting_logged && monotonic_ms() - started > 1_000 {
+            tracing::warn!(
+                "waiting for this member's etcd member to answer a linearizable read (its cluster needs a quorum)"
+            );
+            shared.note("waiting for the etcd cluster to answer a linearizable read".into());
+            waiting_logged = true;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            _ = stopped(stop) => return Ok(Ending::Stopped),
+        }
+    };
+    tracing::info!(
+        "the etcd cluster answered a linearizable read through {relay_to} after {} ms",
+        monotonic_ms() - started
+    );
+    behind_gate(
+        runtime,
+        target,
+        shared,
+        client,
+        relay_to,
+        Backend::Replica(replica),
+        deadline,
+        stop,
+    )
+    .await
+}
+
+/// Opens the gate on the public endpoint to `relay_to` (where `client` reaches etcd), takes
+/// the backups, checks health, and when told to stop (or the lease is about to run out)
+/// closes the gate first, then takes the final snapshot and stops an own etcd.
+#[allow(clippy::too_many_arguments)]
+async fn behind_gate(
+    runtime: &Arc<EtcdRuntime>,
+    target: &Target,
+    shared: &Shared,
+    client: EtcdClient,
+    relay_to: SocketAddr,
+    mut backend: Backend,
+    deadline: &mut watch::Receiver<u64>,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<Ending, InstanceError> {
+    let name = &target.name;
+    let epoch = target.epoch;
+    let public = match resolve(&target.endpoint).await {
+        Ok(public) => public,
+        Err(e) => {
+            backend.stop(runtime.timing.fence_ms).await;
+            return Err(e);
+        }
+    };
+    let gate = match Gate::open(public, relay_to, deadline.clone()).await {
         Ok(gate) => gate,
         Err(e) => {
-            guard.stop(runtime.timing.fence_ms).await;
+            backend.stop(runtime.timing.fence_ms).await;
             return Err(InstanceError::Gate(e));
         }
     };
     *shared.gate.lock().await = Some(gate);
     shared.set_phase(InstancePhase::Serving);
     set_healthy(shared, true);
-    tracing::info!("etcd serves on {public} (data in {})", dir.display());
-    remove_older_epochs(runtime, name, epoch);
+    tracing::info!("etcd serves on {public}");
+    if matches!(backend, Backend::Own(_)) {
+        remove_older_epochs(runtime, name, epoch);
+    }
 
     let own = BackupLocation::parse(&target.backup, &runtime.backup)?;
     let mut backups = Backups::new(runtime.clone(), target.clone(), client.clone(), own);
@@ -733,11 +911,11 @@ async fn serve(
         tokio::select! {
             _ = stopped(stop) => break Ending::Stopped,
             _ = lease_runs_out(deadline, margin_ms) => break Ending::LeaseRunningOut,
-            status = guard.wait() => break Ending::Exited(status),
+            status = backend.ended() => break Ending::Exited(status),
             changed = deadline_for_guard.changed() => {
                 if changed.is_ok() {
                     let d = *deadline_for_guard.borrow_and_update();
-                    guard.set_deadline(d).await;
+                    backend.set_deadline(d).await;
                 }
             }
             _ = tokio::time::sleep_until(next_full) => {
@@ -780,7 +958,7 @@ async fn serve(
                 publish(runtime, target, &backups);
             }
             _ = health.tick() => {
-                let ok = client.status().await.is_ok();
+                let ok = backend.answers(&client).await;
                 set_healthy(shared, ok);
             }
         }
@@ -821,7 +999,7 @@ async fn serve(
             tracing::warn!("etcd exited ({status}); no final snapshot")
         }
     }
-    guard.stop(runtime.timing.fence_ms).await;
+    backend.stop(runtime.timing.fence_ms).await;
     Ok(ending)
 }
 

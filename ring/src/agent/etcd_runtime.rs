@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use super::backup_status::BackupStatuses;
 use crate::config::{BackupSettings, EtcdDriverSettings};
 use crate::core::Timing;
+use crate::tls::material::TlsFiles;
 
 /// What every instance of one member shares: where the binaries and data are, how backups
 /// are reached, the guard, and the timings.
@@ -33,6 +34,9 @@ pub struct EtcdRuntime {
     pub snapshots: Arc<SnapshotTimes>,
     /// Each instance's newest backup report (for the lease renewals and `/metrics`).
     pub backups: Arc<BackupStatuses>,
+    /// The certificate, key and CA the etcd members of zone-tolerant control planes use with
+    /// their peers: this member's own (`[tls]`); `None` in an insecure ring (plain `http`).
+    pub peer_tls: Option<TlsFiles>,
 }
 
 /// When the newest successful snapshot of each control plane this member hosts was taken:
@@ -70,6 +74,15 @@ impl SnapshotTimes {
 }
 
 impl EtcdRuntime {
+    /// `https` when etcd peers speak TLS, `http` otherwise.
+    pub(super) fn peer_scheme(&self) -> &'static str {
+        if self.peer_tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
     pub(super) fn epoch_dir(&self, name: &str, epoch: u64) -> PathBuf {
         self.data_root.join(name).join(format!("epoch-{epoch}"))
     }

@@ -9,6 +9,7 @@ pub mod backup_status;
 pub mod driver;
 pub mod etcd;
 mod etcd_backups;
+mod etcd_replica;
 mod etcd_runtime;
 pub mod gate;
 mod lease;
@@ -24,13 +25,13 @@ use tokio::sync::watch;
 use tracing::Instrument as _;
 
 use crate::core::Timing;
-use crate::core::agent::{Action, Grant, Memory, reconcile};
+use crate::core::agent::{Action, Grant, Memory, ReplicaAction, reconcile, reconcile_replicas};
 use crate::leases::LeaseDesk;
 use crate::raft::network::PeerNetwork;
 use crate::raft::types::{RenewReply, RenewRequest};
 use crate::raft::{NodeId, RaftNode, StateMachineStore};
 use crate::time::monotonic_ms;
-use driver::{Target, Workloads};
+use driver::{ReplicaTarget, Target, Workloads};
 
 /// Why a lease renewal failed; the member keeps what runs until the current lease runs out.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -165,12 +166,22 @@ impl Agent {
             sent_at_ms,
             lease_ms: reply.lease_ms.min(self.timing.lease_ms),
             control_planes: reply.granted,
+            replicas: reply.replicas,
         };
         if grant.deadline_ms() <= monotonic_ms() {
             // The answer came too late to be of use.
             return;
         }
         self.own.record(grant.deadline_ms(), reply.applied_index);
+        // Etcd members first: a zone-tolerant control plane's host fronts its own.
+        let replicas = self.workloads.running_replicas();
+        let replica_actions = reconcile_replicas(&grant, &replicas);
+        let (replica_stops, replica_starts): (Vec<_>, Vec<_>) = replica_actions
+            .into_iter()
+            .partition(|a| matches!(a, ReplicaAction::Stop { .. }));
+        for action in replica_starts {
+            self.act_on_replica(action);
+        }
         for action in reconcile(&mut self.memory, &grant, &running) {
             // Each action is about one control plane at one epoch: its lines say which.
             let span = match &action {
@@ -181,6 +192,36 @@ impl Agent {
                 }
             };
             self.act(action).instrument(span).await;
+        }
+        for action in replica_stops {
+            self.act_on_replica(action);
+        }
+    }
+
+    fn act_on_replica(&mut self, action: ReplicaAction) {
+        match action {
+            ReplicaAction::Stop { name, joined } => self.workloads.stop_replica(&name, joined),
+            ReplicaAction::Extend {
+                name,
+                joined,
+                deadline_ms,
+            } => self.workloads.extend_replica(&name, joined, deadline_ms),
+            ReplicaAction::Start {
+                name,
+                joined,
+                deadline_ms,
+            } => {
+                let target = self
+                    .state
+                    .read(|a| ReplicaTarget::from_state(&a.state, &self.name, &name, joined));
+                match target {
+                    Some(target) => self.workloads.start_replica(target, deadline_ms),
+                    None => tracing::debug!(
+                        control_plane = %name,
+                        "etcd member granted before applied here; starting next round"
+                    ),
+                }
+            }
         }
     }
 

@@ -10,6 +10,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use tracing::Instrument as _;
 
 use crate::core::RingState;
+use crate::core::etcd_cluster::EtcdCluster;
 
 /// Why a driver action failed.
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +32,12 @@ pub enum DriverError {
         name: String,
         /// The epoch of the instance still stopping.
         epoch: u64,
+    },
+    /// A zone-tolerant control plane's host has no etcd member of it running yet.
+    #[error("this member's etcd member of {name} does not run yet; starting once it does")]
+    NoReplica {
+        /// The control plane.
+        name: String,
     },
     /// A hook failed or timed out.
     #[error("hook {action} for {name} at epoch {epoch}: {why}")]
@@ -61,6 +68,9 @@ pub struct Target {
     pub backup: String,
     /// The migration that brought it here at this epoch, if the ring recorded one.
     pub migration: Option<MigrationTarget>,
+    /// Zone-tolerant: its etcd is a cluster whose member on this host runs as a replica
+    /// ([`ReplicaTarget`]); the host only opens its gate to it and takes the backups.
+    pub zone_tolerant: bool,
 }
 
 impl Target {
@@ -93,6 +103,39 @@ impl Target {
             dns_name: cp.dns_name.clone(),
             backup: cp.backup_for(member).to_string(),
             migration,
+            zone_tolerant: cp.etcd.is_some(),
+        })
+    }
+}
+
+/// What a driver needs to run this member's etcd member of a zone-tolerant control plane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaTarget {
+    /// The control plane.
+    pub name: String,
+    /// The cluster generation this member's etcd member joined at.
+    pub joined: u64,
+    /// The etcd cluster (its members and their peer addresses, its token).
+    pub cluster: EtcdCluster,
+    /// This member's name: its etcd member's name.
+    pub member: String,
+    /// `host:port` its etcd member listens on for peers.
+    pub peer: String,
+}
+
+impl ReplicaTarget {
+    /// What `member` needs to run its etcd member of `name`, joined at `joined`, from its
+    /// applied `state`; `None` until that state has caught up with the grant.
+    pub fn from_state(state: &RingState, member: &str, name: &str, joined: u64) -> Option<Self> {
+        let cp = state.control_planes.get(name)?;
+        let cluster = cp.etcd.as_ref()?;
+        let own = cluster.member(member).filter(|m| m.joined == joined)?;
+        Some(Self {
+            name: name.to_string(),
+            joined,
+            peer: own.peer.clone(),
+            member: member.to_string(),
+            cluster: cluster.clone(),
         })
     }
 }

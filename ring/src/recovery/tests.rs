@@ -88,6 +88,8 @@ fn cp(name: &str, home: &str, host: &str) -> ControlPlaneSpec {
         backups: BTreeMap::new(),
         host: Some(host.into()),
         prefer: Vec::new(),
+        tolerance: Default::default(),
+        etcd_peers: Default::default(),
     }
 }
 

@@ -801,6 +801,8 @@ fn control_plane_spec() -> BoxedStrategy<ControlPlaneSpec> {
                 backups,
                 host,
                 prefer: Vec::new(),
+                tolerance: Default::default(),
+                etcd_peers: Default::default(),
             },
         )
         .boxed()

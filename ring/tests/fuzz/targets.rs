@@ -140,6 +140,8 @@ pub fn fixture_ring() -> RingState {
             backups: Default::default(),
             host: None,
             prefer: Vec::new(),
+            tolerance: Default::default(),
+            etcd_peers: Default::default(),
         }),
     ];
     for (index, command) in (1..).zip(steps) {
@@ -210,6 +212,8 @@ fn check_stored_values(state: &RingState) {
             backup: cp.backup.clone(),
             backups: cp.backups.clone(),
             prefer: Vec::new(),
+            tolerance: Default::default(),
+            etcd_peers: Default::default(),
             host: cp.host.clone(),
         };
         if let Err(e) = spec.validate() {

@@ -45,6 +45,8 @@ fn cp(name: &str, home: Option<&str>) -> ControlPlaneSpec {
         backups: Default::default(),
         host: None,
         prefer: Vec::new(),
+        tolerance: Default::default(),
+        etcd_peers: Default::default(),
     }
 }
 

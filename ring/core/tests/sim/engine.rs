@@ -343,6 +343,8 @@ impl<'a> World<'a> {
                 backups: BTreeMap::new(),
                 host: None,
                 prefer: Vec::new(),
+                tolerance: Default::default(),
+                etcd_peers: Default::default(),
             }));
         }
     }
@@ -630,6 +632,7 @@ impl<'a> World<'a> {
             sent_at_ms: sent,
             lease_ms: self.timing.lease_ms,
             control_planes: granted,
+            replicas: BTreeMap::new(),
         };
         let now = self.members[m].local(self.t);
         if grant.deadline_ms() <= now {

@@ -311,6 +311,19 @@ enum CpCmd {
         /// before spreading by load.
         #[arg(long, value_delimiter = ',')]
         prefer: Vec<String>,
+        /// What failure its etcd survives without losing an acknowledged write. `none`: one
+        /// etcd on the host; a lost host's control plane is restored elsewhere from its backups
+        /// (loses about one delta period). `zone`: one etcd member on each of three members in
+        /// distinct zones (needs --etcd-peer-on on at least three); a lost zone loses nothing
+        /// and the host moves to a surviving member without a restore, at the cost of three
+        /// etcds and a cross-zone round trip on every write.
+        #[arg(long, default_value = "none", value_parser = ["none", "zone"])]
+        tolerance: String,
+        /// With --tolerance zone: where the etcd member on a member listens for its peers,
+        /// MEMBER=HOST:PORT (reachable from the other zones); repeat per member. Each member
+        /// named needs an --endpoint-on too (any of them may become the host).
+        #[arg(long = "etcd-peer-on", value_name = "MEMBER=HOST:PORT")]
+        etcd_peers: Vec<String>,
         /// Why (recorded in history).
         #[arg(long, default_value = "")]
         reason: String,
@@ -776,8 +789,16 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             home,
             host,
             prefer,
+            tolerance,
+            etcd_peers,
             reason,
         }) => {
+            let etcd_peers = member_map(
+                "--etcd-peer-on",
+                "MEMBER=HOST:PORT",
+                &etcd_peers,
+                "b=10.0.1.5:2380",
+            )?;
             let map = member_map(
                 "--endpoint-on",
                 "MEMBER=HOST:PORT",
@@ -800,6 +821,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 host: host.unwrap_or_default(),
                 reason,
                 prefer,
+                tolerance,
+                etcd_peers,
             };
             let r = rpc!(client, control_plane_add, req)?;
             print(out, &r, |r| match &r.control_plane {

@@ -89,11 +89,15 @@ pub fn control_planes(cps: &[pb::ControlPlane]) -> String {
     }
     let mut t = Table::new(vec!["NAME", "HOST", "EPOCH", "PHASE", "HOME", "DNS NAME"]);
     for cp in cps {
+        let phase = match &cp.etcd {
+            Some(etcd) if etcd.health != "whole" => format!("{} (etcd {})", cp.phase, etcd.health),
+            _ => cp.phase.clone(),
+        };
         t.row(vec![
             cp.name.clone(),
             or_dash(&cp.host),
             cp.epoch.to_string(),
-            cp.phase.clone(),
+            phase,
             or_dash(&cp.home),
             cp.dns_name.clone(),
         ]);
@@ -115,6 +119,31 @@ pub fn control_plane(cp: &pb::ControlPlane) -> String {
     for (member, endpoint) in &cp.endpoints {
         let mark = if *member == cp.host { "  <- host" } else { "" };
         out.push_str(&format!("\n  {member}: {endpoint}{mark}"));
+    }
+    if let Some(etcd) = &cp.etcd {
+        let members = etcd.members.len();
+        let up = members - etcd.down.len();
+        out.push_str(&format!(
+            "\ntolerance: zone\netcd:     {} ({up} of {members} members up{}), token {}, generation {}",
+            etcd.health,
+            if etcd.down.is_empty() {
+                String::new()
+            } else {
+                format!("; down: {}", etcd.down.join(", "))
+            },
+            etcd.token,
+            etcd.generation
+        ));
+        for m in &etcd.members {
+            let mark = if m.member == cp.host { "  <- host" } else { "" };
+            out.push_str(&format!("\n  {}: peer {}{mark}", m.member, m.peer));
+        }
+        if etcd.health == "no-quorum" {
+            out.push_str(
+                "\n  no quorum: etcd takes no writes and no linearizable reads; the ring never \
+                 forces a new cluster by itself",
+            );
+        }
     }
     if !cp.labels.is_empty() {
         let labels: Vec<String> = cp.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();

@@ -1,0 +1,354 @@
+//! Zone-tolerant control planes: a control plane whose etcd is a cluster of
+//! [`ZONE_TOLERANT_MEMBERS`] members, one on each of that many ring members in distinct zones.
+//!
+//! A control plane with [`Tolerance::None`] (the default) has one etcd, on its host, and comes
+//! back elsewhere through its backups. One with [`Tolerance::Zone`] has an [`EtcdCluster`]: each
+//! of its members runs one etcd member (a *replica*) for as long as it belongs to the cluster,
+//! whatever the host. The host is one of them: the member whose public endpoint clients reach
+//! (through its gate), which the DNS name points at and which takes the backups. Losing a zone
+//! then loses one etcd member, never an acknowledged write (etcd acknowledges only what a
+//! majority stored); the host moves to a surviving etcd member with no copy and no restore.
+//!
+//! What the ring says about the cluster is [`EtcdHealth`], judged from the ring's view of its
+//! members (`lost` members count as down).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// How many etcd members a zone-tolerant control plane has: one per zone, three zones.
+pub const ZONE_TOLERANT_MEMBERS: usize = 3;
+
+/// What failure a control plane's etcd survives without losing an acknowledged write.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Tolerance {
+    /// One etcd, on the host; a lost host's control plane is restored elsewhere from its
+    /// backups (data-loss window: about one delta period).
+    #[default]
+    None,
+    /// One etcd member in each of three zones; a lost zone loses nothing and the host moves to
+    /// a surviving member without a restore.
+    Zone,
+}
+
+impl Tolerance {
+    /// Parses `none` or `zone`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "none" => Some(Tolerance::None),
+            "zone" => Some(Tolerance::Zone),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Tolerance {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Tolerance::None => "none",
+            Tolerance::Zone => "zone",
+        })
+    }
+}
+
+/// One etcd member of a zone-tolerant control plane.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EtcdMember {
+    /// The ring member that runs it; also its etcd member name.
+    pub member: String,
+    /// `host:port` it listens on for its etcd peers.
+    pub peer: String,
+    /// The cluster generation at which it joined ([`EtcdCluster::generation`]). Its data
+    /// directory is named after it, so a member removed and later added again starts from
+    /// nothing instead of from data the cluster no longer knows.
+    pub joined: u64,
+}
+
+/// The etcd cluster of a zone-tolerant control plane.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EtcdCluster {
+    /// etcd's `--initial-cluster-token`: the control plane's name and the epoch it was created
+    /// at, so two clusters never take each other's members for their own.
+    pub token: String,
+    /// Goes up by one with every membership change (1 as created).
+    pub generation: u64,
+    /// Its members, by ring member name.
+    pub members: Vec<EtcdMember>,
+}
+
+impl EtcdCluster {
+    /// Whether the ring member `name` runs one of its members.
+    pub fn contains(&self, name: &str) -> bool {
+        self.members.iter().any(|m| m.member == name)
+    }
+
+    /// The member run by `name`.
+    pub fn member(&self, name: &str) -> Option<&EtcdMember> {
+        self.members.iter().find(|m| m.member == name)
+    }
+
+    /// The ring members that run its members.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.members.iter().map(|m| m.member.as_str())
+    }
+
+    /// etcd's `--initial-cluster` value, with `scheme` (`http` or `https`) for the peer URLs.
+    pub fn initial_cluster(&self, scheme: &str) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("{}={scheme}://{}", m.member, m.peer))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// How the cluster stands when the members for which `up` says false are down (the ring
+    /// counts a member down when its ring member is judged lost or no longer registered:
+    /// [`RingState::etcd_health`](crate::RingState::etcd_health)).
+    pub fn health(&self, up: impl Fn(&str) -> bool) -> EtcdHealth {
+        let down: Vec<String> = self
+            .members
+            .iter()
+            .filter(|m| !up(&m.member))
+            .map(|m| m.member.clone())
+            .collect();
+        let total = self.members.len();
+        let up = total - down.len();
+        if down.is_empty() {
+            EtcdHealth::Whole { total }
+        } else if up > total / 2 {
+            EtcdHealth::Degraded { up, total, down }
+        } else {
+            EtcdHealth::NoQuorum { up, total, down }
+        }
+    }
+}
+
+/// How a zone-tolerant control plane's etcd cluster stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EtcdHealth {
+    /// Every member is up.
+    Whole {
+        /// How many members it has.
+        total: usize,
+    },
+    /// A majority is up: it serves, with less to spare.
+    Degraded {
+        /// Members up.
+        up: usize,
+        /// Members in all.
+        total: usize,
+        /// The members down.
+        down: Vec<String>,
+    },
+    /// No majority: etcd accepts no write and no linearizable read. The ring never forces a
+    /// new cluster by itself; an operator recovers it.
+    NoQuorum {
+        /// Members up.
+        up: usize,
+        /// Members in all.
+        total: usize,
+        /// The members down.
+        down: Vec<String>,
+    },
+}
+
+impl EtcdHealth {
+    /// `whole`, `degraded` or `no-quorum`.
+    pub fn word(&self) -> &'static str {
+        match self {
+            EtcdHealth::Whole { .. } => "whole",
+            EtcdHealth::Degraded { .. } => "degraded",
+            EtcdHealth::NoQuorum { .. } => "no-quorum",
+        }
+    }
+}
+
+impl fmt::Display for EtcdHealth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EtcdHealth::Whole { total } => write!(f, "whole ({total} of {total})"),
+            EtcdHealth::Degraded { up, total, down } | EtcdHealth::NoQuorum { up, total, down } => {
+                write!(
+                    f,
+                    "{} ({up} of {total}; down: {})",
+                    self.word(),
+                    down.join(", ")
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::Command;
+    use crate::control_plane::Phase;
+    use crate::controller::Observations;
+    use crate::error::CommandError;
+    use crate::testing::{Ring, zone_tolerant_spec};
+
+    fn names(cluster: &EtcdCluster) -> Vec<&str> {
+        cluster.names().collect()
+    }
+
+    #[test]
+    fn a_zone_tolerant_control_plane_gets_one_etcd_member_per_zone_with_its_host_among_them() {
+        let mut ring = Ring::new();
+        ring.add_zone_tolerant("x", Some("d")).unwrap();
+        let cp = ring.cp("x");
+        let cluster = cp.etcd.as_ref().unwrap();
+        // d is in zc with c: c is never chosen with it.
+        assert_eq!(names(cluster), vec!["d", "a", "b"]);
+        assert_eq!(cp.host.as_deref(), Some("d"));
+        assert_eq!(cluster.members[0].peer, "d.example:2380");
+        assert_eq!(cluster.generation, 1);
+        assert!(cluster.token.starts_with("x-"), "{}", cluster.token);
+        // Every etcd member runs its replica; the grants (the gate) only on the host.
+        assert_eq!(
+            ring.state.replica_grants("a"),
+            [("x".to_string(), 1)].into()
+        );
+        assert!(ring.state.replica_grants("c").is_empty());
+        assert_eq!(ring.state.grants("d"), [("x".to_string(), 1)].into());
+        assert!(ring.state.grants("a").is_empty());
+        // Placement chooses the host among the members with a peer address.
+        ring.add_zone_tolerant("y", None).unwrap();
+        let y = ring.cp("y");
+        let cluster = y.etcd.as_ref().unwrap();
+        assert!(cluster.contains(y.host.as_deref().unwrap()));
+        let zones: std::collections::BTreeSet<&str> = cluster
+            .names()
+            .map(|n| ring.state.member_by_name(n).unwrap().zone.as_str())
+            .collect();
+        assert_eq!(zones.len(), 3, "{cluster:?}");
+    }
+
+    #[test]
+    fn fewer_than_three_eligible_zones_are_refused_with_the_zones_named() {
+        let mut ring = Ring::new();
+        ring.lose(2);
+        let err = ring.add_zone_tolerant("x", Some("a")).unwrap_err();
+        assert!(matches!(err, CommandError::TooFewZones { .. }), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("eligible members are in 2 zone(s): za (a), zc (c d)")
+                && text.contains("not eligible: b lost"),
+            "{text}"
+        );
+        assert!(!ring.state.control_planes.contains_key("x"));
+        // Too few peer addresses: refused before placement.
+        let mut spec = zone_tolerant_spec("y", None);
+        spec.etcd_peers.remove("a");
+        spec.etcd_peers.remove("b");
+        let err = ring.apply(Command::AddControlPlane(spec)).unwrap_err();
+        assert!(err.to_string().contains("at least 3 members"), "{err}");
+        // Peer addresses without zone tolerance: refused.
+        let mut spec = zone_tolerant_spec("z", None);
+        spec.tolerance = Tolerance::None;
+        let err = ring.apply(Command::AddControlPlane(spec)).unwrap_err();
+        assert!(err.to_string().contains("only for zone-tolerant"), "{err}");
+    }
+
+    #[test]
+    fn a_lost_host_moves_to_a_surviving_etcd_member_and_a_lost_replica_moves_nothing() {
+        let mut ring = Ring::new();
+        ring.add_zone_tolerant("x", Some("a")).unwrap();
+        let mut obs = Observations::default();
+        obs.serving.insert(("x".into(), 1, "a".into()));
+        ring.run(&mut obs);
+        assert_eq!(ring.cp("x").phase, Phase::Running);
+        let cluster = ring.cp("x").etcd.clone().unwrap();
+        assert_eq!(names(&cluster), vec!["a", "b", "c"]);
+
+        // A replica's member is lost: nothing moves, the cluster is degraded.
+        ring.lose(3);
+        obs.unix_ms = 10_000_000;
+        assert!(ring.run(&mut obs).is_empty());
+        assert_eq!(
+            ring.state.etcd_health(ring.cp("x")).unwrap().to_string(),
+            "degraded (2 of 3; down: c)"
+        );
+
+        // The host is lost: it moves to b, the one surviving etcd member (d, in c's zone and
+        // with no etcd member, is never chosen), at once.
+        ring.lose(1);
+        obs.unix_ms = 20_000_000;
+        ring.run(&mut obs);
+        let cp = ring.cp("x");
+        assert_eq!(
+            (cp.host.as_deref(), cp.epoch, cp.phase),
+            (Some("b"), 2, Phase::Starting)
+        );
+        assert_eq!(
+            ring.state.etcd_health(ring.cp("x")).unwrap().to_string(),
+            "no-quorum (1 of 3; down: a, c)"
+        );
+    }
+
+    #[test]
+    fn only_etcd_members_may_host_and_members_running_one_are_not_removed() {
+        let mut ring = Ring::new();
+        ring.add_zone_tolerant("x", Some("a")).unwrap();
+        let err = ring
+            .apply(Command::MoveControlPlane {
+                name: "x".into(),
+                to: Some("d".into()),
+                epoch: 2,
+                kind: crate::control_plane::MoveKind::Switchover,
+                note: String::new(),
+            })
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "control plane x is zone-tolerant: only its etcd members (a, b, c) may host it, not d"
+        );
+        // A switchover to an etcd member moves only the host.
+        ring.switchover("x", "c", 1);
+        assert_eq!(ring.cp("x").host.as_deref(), Some("c"));
+        assert_eq!(
+            ring.cp("x").etcd.as_ref().map(names),
+            Some(vec!["a", "b", "c"])
+        );
+        let err = ring.apply(Command::RemoveMember { id: 2 }).unwrap_err();
+        assert!(matches!(err, CommandError::RunsEtcdMembers { .. }), "{err}");
+        ring.apply(Command::RemoveMember { id: 4 }).unwrap();
+    }
+
+    #[test]
+    fn tolerance_parses_and_prints_its_words() {
+        for t in [Tolerance::None, Tolerance::Zone] {
+            assert_eq!(Tolerance::parse(&t.to_string()), Some(t));
+        }
+        assert_eq!(Tolerance::parse("region"), None);
+        assert_eq!(Tolerance::default(), Tolerance::None);
+    }
+
+    #[test]
+    fn initial_cluster_names_every_member_with_its_peer_url() {
+        let cluster = EtcdCluster {
+            token: "cp-1".into(),
+            generation: 1,
+            members: vec![
+                EtcdMember {
+                    member: "a".into(),
+                    peer: "10.0.0.1:2380".into(),
+                    joined: 1,
+                },
+                EtcdMember {
+                    member: "b".into(),
+                    peer: "10.0.0.2:2380".into(),
+                    joined: 1,
+                },
+            ],
+        };
+        assert_eq!(
+            cluster.initial_cluster("https"),
+            "a=https://10.0.0.1:2380,b=https://10.0.0.2:2380"
+        );
+        assert!(cluster.contains("b") && !cluster.contains("c"));
+    }
+}
