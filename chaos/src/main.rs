@@ -61,6 +61,11 @@ struct RunArgs {
     /// Control planes registered (spread over the zones).
     #[arg(long, default_value_t = 3)]
     control_planes: usize,
+    /// The control planes' tolerance: `none` (one etcd each, restored from its backups after
+    /// a zone loss) or `zone` (one etcd member per zone; every scenario then must lose no
+    /// acknowledged write). Runs are reported as `<scenario> (tolerance zone)`.
+    #[arg(long, default_value = "none", value_parser = ["none", "zone"])]
+    tolerance: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -131,6 +136,7 @@ fn run(args: RunArgs) -> anyhow::Result<bool> {
         bin_dir,
         rto_budget_ms,
         control_planes,
+        tolerance,
     } = args;
     let chosen: Vec<Scenario> = if all {
         SCENARIOS.to_vec()
@@ -196,6 +202,7 @@ fn run(args: RunArgs) -> anyhow::Result<bool> {
                 zones: ["zone-a", "zone-b", "zone-c"].map(String::from).to_vec(),
                 control_planes,
                 rto_budget_ms,
+                zone_tolerant: tolerance == "zone",
             };
             let _ = std::fs::remove_dir_all(&options.dir);
             let scenario = *scenario;

@@ -31,6 +31,9 @@ pub const DNS_SERVER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(REGION),
 const S3_PORT: u16 = 9000;
 /// First port of the control planes' endpoints: control plane i listens on `CP_PORT + i`.
 pub const CP_PORT: u16 = 2379;
+/// First port of the control planes' etcd peers (tolerance zone): control plane i's etcd
+/// member listens on `ETCD_PEER_PORT + i` at each zone's mesh address.
+pub const ETCD_PEER_PORT: u16 = 12380;
 /// How often each etcd takes a full snapshot: rarely, so that a restore after a zone loss
 /// replays the delta snapshots written since.
 pub const SNAPSHOT_INTERVAL_MS: u64 = 60_000;
@@ -306,6 +309,7 @@ pub async fn build(
     dir: &Path,
     zones: &[String],
     control_planes: usize,
+    zone_tolerant: bool,
     binaries: &Binaries,
 ) -> anyhow::Result<World> {
     let (region, key_file) = start_region(dir)?;
@@ -451,7 +455,7 @@ pub async fn build(
         per_member,
     };
     world.wait_formed().await?;
-    world.register(control_planes).await?;
+    world.register(control_planes, zone_tolerant).await?;
     Ok(world)
 }
 
@@ -518,7 +522,7 @@ impl World {
         .await
     }
 
-    async fn register(&mut self, count: usize) -> anyhow::Result<()> {
+    async fn register(&mut self, count: usize, zone_tolerant: bool) -> anyhow::Result<()> {
         for i in 0..count {
             let name = format!("cp-{}", i + 1);
             let port = CP_PORT + i as u16;
@@ -549,8 +553,19 @@ impl World {
                 host: String::new(),
                 reason: "ring-chaos".into(),
                 prefer: Vec::new(),
-                tolerance: Default::default(),
-                etcd_peers: Default::default(),
+                tolerance: if zone_tolerant { "zone" } else { "none" }.into(),
+                etcd_peers: if zone_tolerant {
+                    (0..self.members.len())
+                        .map(|z| {
+                            (
+                                self.members[z].name.clone(),
+                                format!("{}:{}", mesh_address(z), ETCD_PEER_PORT + i as u16),
+                            )
+                        })
+                        .collect()
+                } else {
+                    BTreeMap::new()
+                },
             };
             self.admin
                 .call(req, |mut c, r| async move { c.control_plane_add(r).await })

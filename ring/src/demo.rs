@@ -150,19 +150,39 @@ pub fn demo_certificates(dir: &Path, members: &[InitialMember]) -> Result<PathBu
     if !certs::ca_path(&certs_dir).exists() {
         certs::init_ca(&certs_dir, certs::DEFAULT_CA_DAYS, false).map_err(fail)?;
     }
-    let mut identities: Vec<Identity> = members
-        .iter()
-        .map(|m| Identity::new(Role::Member, &m.name))
-        .collect::<Result<_, _>>()
-        .map_err(|e| DemoError::Certs(e.to_string()))?;
-    identities.push(Identity::new(Role::Admin, "operator").expect("a valid name"));
-    identities.push(Identity::new(Role::Viewer, "observer").expect("a valid name"));
-    for identity in identities {
+    let loopback: Vec<String> = vec!["127.0.0.1".into(), "localhost".into()];
+    let mut identities: Vec<(Identity, Vec<String>)> = Vec::new();
+    for m in members {
+        let identity =
+            Identity::new(Role::Member, &m.name).map_err(|e| DemoError::Certs(e.to_string()))?;
+        // A member's certificate also names the host of its peer address: the etcd members
+        // of zone-tolerant control planes present it to their peers, which check it.
+        let mut sans = loopback.clone();
+        if let Some((host, _)) = m.address.rsplit_once(':')
+            && !sans.iter().any(|s| s == host)
+        {
+            sans.push(
+                host.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_string(),
+            );
+        }
+        identities.push((identity, sans));
+    }
+    identities.push((
+        Identity::new(Role::Admin, "operator").expect("a valid name"),
+        loopback.clone(),
+    ));
+    identities.push((
+        Identity::new(Role::Viewer, "observer").expect("a valid name"),
+        loopback,
+    ));
+    for (identity, sans) in identities {
         if !certs::paths(&certs_dir, &identity).0.exists() {
             certs::issue(
                 &certs_dir,
                 &identity,
-                &["127.0.0.1".into(), "localhost".into()],
+                &sans,
                 certs::DEFAULT_CERT_DAYS,
                 false,
             )

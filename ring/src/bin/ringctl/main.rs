@@ -147,8 +147,9 @@ enum CertsCmd {
         /// Names to issue viewer (read-only) certificates for.
         #[arg(long = "viewer", value_delimiter = ',')]
         viewers: Vec<String>,
-        /// Extra host names or IP addresses for the member certificates (garden-ring checks
-        /// identities, not host names; these help other TLS tools).
+        /// Extra host names or IP addresses for the member certificates. garden-ring itself
+        /// checks identities, not host names; the etcd members of zone-tolerant control planes
+        /// do check them: name the host of every member's --etcd-peer-on address here.
         #[arg(long = "san", value_delimiter = ',')]
         sans: Vec<String>,
         /// Validity of the CA, in days.
@@ -173,7 +174,8 @@ enum CertsCmd {
         /// Member or operator name (DNS-1123 label).
         #[arg(long)]
         name: String,
-        /// Extra host names or IP addresses.
+        /// Extra host names or IP addresses (for a member: the host of its --etcd-peer-on
+        /// addresses, which the etcd members of zone-tolerant control planes check).
         #[arg(long = "san", value_delimiter = ',')]
         sans: Vec<String>,
         /// Validity in days.
