@@ -396,6 +396,7 @@ pub async fn build(
             placement: PlacementSettings {
                 min_move_interval_ms: 1_000,
                 capacity: 0,
+                ..PlacementSettings::default()
             },
             driver: DriverSettings {
                 kind: DriverKind::Etcd,

@@ -145,6 +145,11 @@ pub struct PlacementSettings {
     pub min_move_interval_ms: u64,
     /// Most control planes one member may host (0: no limit).
     pub capacity: usize,
+    /// How long a member must stay lost before the etcd members it ran for zone-tolerant
+    /// control planes are replaced on spare members (a 4- or 5-member ring with a member in a
+    /// zone the cluster does not use). Default 5 minutes: a zone back sooner rejoins with its
+    /// data, and a replacement copies the whole database to the new member.
+    pub etcd_replace_after_ms: u64,
 }
 
 impl Default for PlacementSettings {
@@ -152,6 +157,7 @@ impl Default for PlacementSettings {
         Self {
             min_move_interval_ms: 60_000,
             capacity: 0,
+            etcd_replace_after_ms: crate::core::controller::DEFAULT_ETCD_REPLACE_AFTER_MS,
         }
     }
 }

@@ -390,6 +390,7 @@ impl Demo {
                 placement: PlacementSettings {
                     min_move_interval_ms: 10_000,
                     capacity: 0,
+                    ..PlacementSettings::default()
                 },
                 driver: match &opts.etcd_bin_dir {
                     Some(bin_dir) => DriverSettings {

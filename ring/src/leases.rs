@@ -159,8 +159,21 @@ impl LeaseDesk {
                     backups.push(((cp.name.clone(), cp.epoch, name.clone()), report.clone()));
                 }
             }
+            let mut etcd_changes = Vec::new();
+            for (cp_name, (generation, step)) in &request.etcd_changes {
+                let Some(cp) = a.state.control_planes.get(cp_name) else {
+                    continue;
+                };
+                let waits = cp.etcd.as_ref().is_some_and(|c| {
+                    c.generation == *generation
+                        && c.change.as_ref().is_some_and(|c| c.step == *step)
+                });
+                if waits && cp.host.as_deref() == Some(name.as_str()) {
+                    etcd_changes.push((cp.name.clone(), *generation, name.clone(), *step));
+                }
+            }
             Some((
-                (granted, replicas),
+                (granted, replicas, etcd_changes),
                 released,
                 serving,
                 progress,
@@ -168,8 +181,14 @@ impl LeaseDesk {
                 a.applied_index(),
             ))
         });
-        let Some(((granted, replicas), released, serving, progress, backups, applied_index)) =
-            reading
+        let Some((
+            (granted, replicas, etcd_changes),
+            released,
+            serving,
+            progress,
+            backups,
+            applied_index,
+        )) = reading
         else {
             return Err(Status::failed_precondition(format!(
                 "member {from} is not registered"
@@ -181,6 +200,7 @@ impl LeaseDesk {
             inner.observations.serving.extend(serving);
             inner.observations.progress.extend(progress);
             inner.observations.backups.extend(backups);
+            inner.observations.etcd_changes.extend(etcd_changes);
         }
         Ok(RenewReply {
             granted,

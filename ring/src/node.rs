@@ -269,7 +269,8 @@ impl Member {
             &config.timing,
             config.placement.min_move_interval_ms,
             config.placement.capacity,
-        );
+        )
+        .with_etcd_replace_after_ms(config.placement.etcd_replace_after_ms);
         let desk = Arc::new(LeaseDesk::new(
             id,
             raft.clone(),

@@ -456,6 +456,7 @@ pub fn member_config_named(
         placement: PlacementSettings {
             min_move_interval_ms: 1_000,
             capacity: 0,
+            ..PlacementSettings::default()
         },
         driver: options.driver.clone(),
         insecure: options.insecure,

@@ -304,3 +304,113 @@ async fn a_switchover_moves_only_the_host_and_loses_nothing() {
         written.longest_gap.as_millis()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_lost_long_enough_is_replaced_on_a_spare_in_another_zone() {
+    let mut ring = Ring::prepare(RingOptions {
+        driver: driver_with_deltas(3_600_000, 300),
+        ..RingOptions::default()
+    });
+    let d = ring.joiner(4);
+    for p in &mut ring.procs {
+        p.config.backup = BackupSettings::default();
+        p.config.placement.etcd_replace_after_ms = 2_000;
+    }
+    for i in 0..3 {
+        ring.procs[i].spawn();
+    }
+    ring.wait_leader(&[0, 1, 2], &[], Duration::from_secs(20))
+        .await;
+    ring.procs[d].spawn();
+    let out = ring.ringctl_member_add(d, &["--reason", "a spare in zone-d"]);
+    assert!(
+        out.status.success(),
+        "member add: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ring_ringctl(&ring, &["member", "promote", "d"]);
+    wait_all_healthy(&ring).await;
+
+    // Endpoints and etcd peers on all four; the cluster goes on a, b, c (d is the spare).
+    let ports = Ports::reserve(8);
+    let numbers = ports.numbers();
+    ports.release();
+    let four = ["a", "b", "c", "d"];
+    let at = |offset: usize| -> BTreeMap<String, String> {
+        four.iter()
+            .enumerate()
+            .map(|(i, m)| (m.to_string(), format!("127.0.0.1:{}", numbers[offset + i])))
+            .collect()
+    };
+    let mut req = zone_tolerant(&ring, "zt3", "a");
+    req.endpoints = at(0);
+    req.etcd_peers = at(4);
+    add_control_plane(&ring.client(), req).await.unwrap();
+    let cp = running(&ring, &[0, 1, 2, 3], "zt3", &["a"]).await;
+    let members = |cp: &pb::ControlPlane| -> Vec<String> {
+        cp.etcd
+            .as_ref()
+            .unwrap()
+            .members
+            .iter()
+            .map(|m| m.member.clone())
+            .collect()
+    };
+    assert_eq!(members(&cp), ["a", "b", "c"]);
+    let etcd = etcd_at(&cp, "a").await;
+    let mut written = Vec::new();
+    for i in 0..50 {
+        let key = format!("/registry/r{i:03}");
+        etcd.put(key.as_bytes(), b"v").await.unwrap();
+        written.push(key);
+    }
+
+    // c's zone dies; 2 s after it is judged lost, d takes its etcd member: removed, added as a
+    // learner, caught up, promoted.
+    let killed_at = Instant::now();
+    ring_kill(&ring, 2);
+    let repaired = eventually(
+        Duration::from_secs(60),
+        "zt3's etcd cluster is a, b, d and whole",
+        || async {
+            let cp = cps(&ring, &[0, 1, 3]).await.remove("zt3")?;
+            let etcd = cp.etcd.as_ref()?;
+            (members(&cp) == ["a", "b", "d"]
+                && etcd.change.is_empty()
+                && etcd.health == "whole"
+                && !etcd.members.iter().any(|m| m.learner))
+            .then_some(cp)
+        },
+    )
+    .await;
+    let took = killed_at.elapsed();
+    assert_eq!(repaired.host, "a");
+    assert_eq!(repaired.etcd.as_ref().unwrap().generation, 2);
+
+    // etcd agrees: three voters, d among them and started.
+    let listed = etcd.member_list().await.unwrap();
+    let mut names: Vec<String> = listed.iter().map(|m| m.name.clone()).collect();
+    names.sort();
+    assert_eq!(names, ["a", "b", "d"], "{listed:?}");
+    assert!(listed.iter().all(|m| !m.learner), "{listed:?}");
+    // Nothing lost, and it takes writes.
+    etcd.put(b"/registry/after", b"v").await.unwrap();
+    let got = keys_at(&repaired, "a").await;
+    assert!(written.iter().all(|k| got.contains(k)));
+    // The history has each step.
+    let history = ring_ringctl(&ring, &["history"]);
+    for step in [
+        "to be replaced by one on d",
+        "etcd member on c removed from the cluster",
+        "etcd member on d added as a learner",
+        "etcd member on d promoted",
+    ] {
+        assert!(history.contains(step), "{step:?} missing from\n{history}");
+    }
+    println!(
+        "repair: c's etcd member replaced by d's (removed, learner added, promoted) {} ms after the kill \
+         (member_lost_ms + etcd_replace_after_ms 2000 ms); {} keys kept",
+        took.as_millis(),
+        got.len()
+    );
+}

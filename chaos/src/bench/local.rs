@@ -172,6 +172,7 @@ impl LocalRing {
                 placement: PlacementSettings {
                     min_move_interval_ms: 1_000,
                     capacity: 0,
+                    ..PlacementSettings::default()
                 },
                 driver: Default::default(),
             };

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::NodeId;
 use super::control_plane::MoveKind;
 use super::error::CommandError;
-use super::etcd_cluster::{Tolerance, ZONE_TOLERANT_MEMBERS};
+use super::etcd_cluster::{EtcdChangeStep, Tolerance, ZONE_TOLERANT_MEMBERS};
 use super::limits::{MAX_MEMBERS, MAX_TEXT_LEN};
 use super::member::Health;
 pub use super::member::MemberSpec;
@@ -312,6 +312,33 @@ pub enum Command {
         /// What it reports.
         report: crate::backup_report::BackupReport,
     },
+    /// Starts replacing the etcd member of a zone-tolerant control plane on `remove` (its ring
+    /// member lost for long enough) by a new one on `add` (a spare in a zone the cluster does
+    /// not use yet): `remove` leaves the cluster's members, `add` joins them as a learner, and
+    /// the host carries the change out step by step ([`ReportEtcdChange`](Command::ReportEtcdChange)).
+    ReplaceEtcdMember {
+        /// The control plane.
+        name: String,
+        /// The ring member whose etcd member goes.
+        remove: String,
+        /// The ring member whose etcd member comes.
+        add: String,
+        /// The cluster's generation now (the change makes it one more): a decision taken on
+        /// stale state fails.
+        generation: u64,
+    },
+    /// The host of a zone-tolerant control plane did `done`, the step its cluster's change
+    /// waited for.
+    ReportEtcdChange {
+        /// The control plane.
+        name: String,
+        /// The cluster's generation.
+        generation: u64,
+        /// The host.
+        member: String,
+        /// The step done.
+        done: EtcdChangeStep,
+    },
     /// Replaces a member's labels (placement preferences can name them).
     SetLabels {
         /// The member.
@@ -383,6 +410,8 @@ impl Command {
             Command::ReportServing { .. } => "control-plane.serving",
             Command::ReportMigration { .. } => "control-plane.migration",
             Command::ReportBackup { .. } => "control-plane.backup",
+            Command::ReplaceEtcdMember { .. } => "control-plane.etcd-replace",
+            Command::ReportEtcdChange { .. } => "control-plane.etcd-change",
             Command::SetLabels { .. } => "member.labels",
             Command::SetControlPlaneLabels { .. } => "control-plane.labels",
             Command::Cordon { cordoned: true, .. } => "member.cordon",
@@ -500,6 +529,48 @@ impl Command {
                     return Err(CommandError::invalid("epoch", "0", "must be at least 1"));
                 }
                 report.validate()
+            }
+            Command::ReplaceEtcdMember {
+                name,
+                remove,
+                add,
+                generation,
+            } => {
+                require("control plane name", name, check_label)?;
+                require("member name", remove, check_label)?;
+                require("member name", add, check_label)?;
+                if remove == add {
+                    return Err(CommandError::invalid(
+                        "member name",
+                        add,
+                        "an etcd member cannot replace itself",
+                    ));
+                }
+                if *generation == 0 {
+                    return Err(CommandError::invalid(
+                        "generation",
+                        "0",
+                        "must be at least 1",
+                    ));
+                }
+                Ok(())
+            }
+            Command::ReportEtcdChange {
+                name,
+                generation,
+                member,
+                ..
+            } => {
+                require("control plane name", name, check_label)?;
+                require("member name", member, check_label)?;
+                if *generation == 0 {
+                    return Err(CommandError::invalid(
+                        "generation",
+                        "0",
+                        "must be at least 1",
+                    ));
+                }
+                Ok(())
             }
             Command::SetPaused { .. } => Ok(()),
             Command::Recover {

@@ -24,6 +24,7 @@ use super::backup_report::{self, BackupReport};
 use super::command::Command;
 use super::control_plane::{ControlPlane, MoveKind, Phase};
 use super::error::CommandError;
+use super::etcd_cluster::EtcdChangeStep;
 use super::member::Health;
 use super::migration::MigrationReport;
 use super::placement::{self, NoEligibleHost, Request};
@@ -43,7 +44,14 @@ pub struct Policy {
     pub min_move_interval_ms: u64,
     /// Most control planes one member may host (0: no limit).
     pub capacity: usize,
+    /// How long a member stays lost before its etcd members of zone-tolerant control planes
+    /// are replaced on spare members ([`DEFAULT_ETCD_REPLACE_AFTER_MS`]).
+    pub etcd_replace_after_ms: u64,
 }
+
+/// Default of [`Policy::etcd_replace_after_ms`]: five minutes. A zone back sooner rejoins its
+/// clusters with its data; a replacement copies the whole database to the new member.
+pub const DEFAULT_ETCD_REPLACE_AFTER_MS: u64 = 300_000;
 
 impl Policy {
     /// The policy for `timing`, with the placement settings.
@@ -54,7 +62,14 @@ impl Policy {
             margin_ms: timing.clock_margin_ms,
             min_move_interval_ms,
             capacity,
+            etcd_replace_after_ms: DEFAULT_ETCD_REPLACE_AFTER_MS,
         }
+    }
+
+    /// The same policy, replacing lost etcd members after `ms`.
+    pub fn with_etcd_replace_after_ms(mut self, ms: u64) -> Self {
+        self.etcd_replace_after_ms = ms;
+        self
     }
 
     /// How long a former host may still serve after the last lease it could have been granted.
@@ -85,6 +100,11 @@ pub struct Observations {
     /// forgets the others), so this holds only what waits for a commit, not every control
     /// plane that runs.
     pub backups: BTreeMap<(String, u64, String), BackupReport>,
+    /// Member name -> when this leader first saw it judged lost (its monotonic clock).
+    pub lost_since: BTreeMap<String, u64>,
+    /// (control plane, cluster generation, host, step): the host reports it did the step its
+    /// etcd cluster's change waits for.
+    pub etcd_changes: BTreeSet<(String, u64, String, EtcdChangeStep)>,
 }
 
 impl Observations {
@@ -111,6 +131,26 @@ impl Observations {
         self.released.retain(|(cp, epoch, _)| current(cp, epoch));
         self.serving.retain(|(cp, epoch, _)| current(cp, epoch));
         self.progress.retain(|(cp, epoch, _), _| current(cp, epoch));
+        let lost: BTreeSet<&String> = state
+            .members
+            .values()
+            .filter(|m| m.health == Health::Lost)
+            .map(|m| &m.name)
+            .collect();
+        self.lost_since.retain(|m, _| lost.contains(m));
+        for m in lost {
+            self.lost_since.entry(m.clone()).or_insert(self.now_ms);
+        }
+        self.etcd_changes.retain(|(cp, generation, _, step)| {
+            state
+                .control_planes
+                .get(cp)
+                .and_then(|c| c.etcd.as_ref())
+                .is_some_and(|e| {
+                    e.generation == *generation
+                        && e.change.as_ref().is_some_and(|c| c.step == *step)
+                })
+        });
         self.backups.retain(|(cp, epoch, _), report| {
             state.control_planes.get(cp).is_some_and(|c| {
                 c.epoch == *epoch
@@ -154,7 +194,8 @@ pub fn decide(state: &RingState, obs: &Observations, policy: &Policy) -> Vec<Dec
         .filter_map(|d| d.command.control_plane_epoch())
         .map(|(name, _)| name.to_string())
         .collect();
-    let reports = backup_reports(state, obs, &decided);
+    let mut reports = backup_reports(state, obs, &decided);
+    reports.extend(etcd_decisions(state, obs, policy, &decided));
     if !reports.is_empty() {
         out.extend(reports);
         // Every decision is about one control plane: back into name order (stable).
@@ -196,6 +237,110 @@ fn backup_reports(
         });
     }
     out
+}
+
+/// The changes of zone-tolerant control planes' etcd clusters, for control planes nothing
+/// else in this round (`decided`) is about:
+/// - a host's report of the step its cluster's change waited for: committed
+///   ([`Command::ReportEtcdChange`]), which moves the change on;
+/// - unless the ring is paused, an etcd member whose ring member has been lost for
+///   `etcd_replace_after_ms` (on this leader's clock), of a cluster with no change in progress
+///   and hosted elsewhere: replaced by a spare ([`Command::ReplaceEtcdMember`]), chosen as
+///   [`spare_for`] says. Nothing happens when there is no spare: the cluster stays degraded.
+fn etcd_decisions(
+    state: &RingState,
+    obs: &Observations,
+    policy: &Policy,
+    decided: &BTreeSet<String>,
+) -> Vec<Decision> {
+    let mut out = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (name, generation, member, step) in &obs.etcd_changes {
+        let Some(cp) = state.control_planes.get(name) else {
+            continue;
+        };
+        let Some(cluster) = &cp.etcd else { continue };
+        if decided.contains(name)
+            || cluster.generation != *generation
+            || cp.host.as_deref() != Some(member.as_str())
+            || cluster.change.as_ref().is_none_or(|c| c.step != *step)
+            || !seen.insert(name.clone())
+        {
+            continue;
+        }
+        out.push(Decision {
+            command: Command::ReportEtcdChange {
+                name: name.clone(),
+                generation: *generation,
+                member: member.clone(),
+                done: *step,
+            },
+            reason: format!("{member} reports the etcd cluster's step {step} done"),
+        });
+    }
+    if state.settings.paused {
+        return out;
+    }
+    for (lost, since) in &obs.lost_since {
+        let waited = obs.now_ms.saturating_sub(*since);
+        if waited < policy.etcd_replace_after_ms {
+            continue;
+        }
+        for cp in state.replicas_on(lost) {
+            let Some(cluster) = &cp.etcd else { continue };
+            if cluster.change.is_some()
+                || cp.host.as_deref() == Some(lost.as_str())
+                || decided.contains(&cp.name)
+                || !seen.insert(cp.name.clone())
+            {
+                continue;
+            }
+            let Some(spare) = spare_for(state, cp, lost) else {
+                continue;
+            };
+            out.push(Decision {
+                command: Command::ReplaceEtcdMember {
+                    name: cp.name.clone(),
+                    remove: lost.clone(),
+                    add: spare.clone(),
+                    generation: cluster.generation,
+                },
+                reason: format!(
+                    "{lost} lost for {waited} ms >= etcd_replace_after_ms {}; its etcd member moves to {spare}",
+                    policy.etcd_replace_after_ms
+                ),
+            });
+        }
+    }
+    out
+}
+
+/// A member to run the etcd member of `cp` that `lost` ran: one with an etcd peer address and
+/// an endpoint for it, in the ring (not joining), healthy, not cordoned, running none of its
+/// etcd members, in a zone none of the others uses; the one hosting the fewest control
+/// planes, then the lowest id.
+fn spare_for<'a>(state: &'a RingState, cp: &ControlPlane, lost: &str) -> Option<&'a String> {
+    let cluster = cp.etcd.as_ref()?;
+    let zones: BTreeSet<&str> = cluster
+        .names()
+        .filter(|m| *m != lost)
+        .filter_map(|m| state.member_by_name(m))
+        .map(|m| m.zone.as_str())
+        .collect();
+    state
+        .members
+        .values()
+        .filter(|m| {
+            cp.etcd_peers.contains_key(&m.name)
+                && cp.endpoints.contains_key(&m.name)
+                && !cluster.contains(&m.name)
+                && m.role != crate::member::Role::Joining
+                && m.health == Health::Healthy
+                && !m.cordoned
+                && !zones.contains(m.zone.as_str())
+        })
+        .min_by_key(|m| (state.hosted_count(&m.name), m.id))
+        .map(|m| &m.name)
 }
 
 /// The decisions about `control_planes`, in their order. Placements count the control planes

@@ -146,6 +146,57 @@ pub enum CommandError {
         /// Its etcd members.
         members: Vec<String>,
     },
+    /// A command about the etcd cluster of a control plane that has none.
+    #[error("control plane {control_plane} is not zone-tolerant: it has no etcd cluster")]
+    NotZoneTolerant {
+        /// The control plane.
+        control_plane: String,
+    },
+    /// A change of an etcd cluster decided on stale state.
+    #[error(
+        "control plane {control_plane}'s etcd cluster is at generation {generation}; this was decided on stale state"
+    )]
+    StaleEtcdGeneration {
+        /// The control plane.
+        control_plane: String,
+        /// Its cluster's generation.
+        generation: u64,
+    },
+    /// A second change of an etcd cluster while one is in progress.
+    #[error(
+        "control plane {control_plane}'s etcd cluster is changing already ({change}); one change at a time"
+    )]
+    EtcdChangeInProgress {
+        /// The control plane.
+        control_plane: String,
+        /// The change in progress, in words.
+        change: String,
+    },
+    /// A report of a step the etcd cluster's change does not wait for.
+    #[error(
+        "control plane {control_plane}'s etcd cluster waits for {}; {member} reported {given}",
+        expected.as_deref().unwrap_or("no change")
+    )]
+    UnexpectedEtcdChangeReport {
+        /// The control plane.
+        control_plane: String,
+        /// The step it waits for, if a change is in progress.
+        expected: Option<String>,
+        /// Who reported.
+        member: String,
+        /// What was reported.
+        given: String,
+    },
+    /// A replacement etcd member that cannot take part.
+    #[error("{member} cannot replace an etcd member of {control_plane}: {why}")]
+    ReplacementUnfit {
+        /// The control plane.
+        control_plane: String,
+        /// The member proposed.
+        member: String,
+        /// Why not.
+        why: String,
+    },
     /// A removal of the last voter.
     #[error("member {name} ({id}) is the last voter; a ring cannot remove its last voter")]
     LastVoter {
@@ -385,6 +436,11 @@ impl CommandError {
             CommandError::RunsEtcdMembers { .. } => "runs_etcd_members",
             CommandError::TooFewZones { .. } => "too_few_zones",
             CommandError::NotAnEtcdMember { .. } => "not_an_etcd_member",
+            CommandError::NotZoneTolerant { .. } => "not_zone_tolerant",
+            CommandError::StaleEtcdGeneration { .. } => "stale_etcd_generation",
+            CommandError::EtcdChangeInProgress { .. } => "etcd_change_in_progress",
+            CommandError::UnexpectedEtcdChangeReport { .. } => "unexpected_etcd_change_report",
+            CommandError::ReplacementUnfit { .. } => "replacement_unfit",
             CommandError::LastVoter { .. } => "last_voter",
             CommandError::NothingToRecover => "nothing_to_recover",
             CommandError::RecoveryFromRetiredMember { .. } => "recovery_from_retired_member",

@@ -63,8 +63,52 @@ pub struct EtcdMember {
     pub peer: String,
     /// The cluster generation at which it joined ([`EtcdCluster::generation`]). Its data
     /// directory is named after it, so a member removed and later added again starts from
-    /// nothing instead of from data the cluster no longer knows.
+    /// nothing instead of from data the cluster no longer knows. Generation 1 formed the
+    /// cluster (`--initial-cluster-state new`); later ones join it (`existing`).
     pub joined: u64,
+    /// Added as a learner and not promoted yet: it receives the log but does not vote, and
+    /// does not host.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub learner: bool,
+}
+
+/// The step a replacement of an etcd member waits for; the host performs each with etcd's
+/// membership API and reports it done, and the leader commits that (so a new leader, or a new
+/// host, goes on where the last one stopped; each step is idempotent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EtcdChangeStep {
+    /// `MemberRemove` of the lost member (done when etcd no longer lists it).
+    Removing,
+    /// `MemberAdd` of the spare as a learner (done when etcd lists it); only then is the
+    /// spare's etcd member started, joining the existing cluster empty.
+    Adding,
+    /// `MemberPromote` of the learner, which etcd refuses until it caught up with the leader.
+    CatchingUp,
+}
+
+impl fmt::Display for EtcdChangeStep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            EtcdChangeStep::Removing => "removing",
+            EtcdChangeStep::Adding => "adding",
+            EtcdChangeStep::CatchingUp => "catching-up",
+        })
+    }
+}
+
+/// The one membership change of a cluster in progress: a lost member replaced by a spare.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EtcdChange {
+    /// The ring member whose etcd member goes (no longer in [`EtcdCluster::members`]).
+    pub removed: String,
+    /// Its peer address (`host:port`), by which etcd may list it before it ever started.
+    #[serde(default)]
+    pub removed_peer: String,
+    /// The ring member whose etcd member comes (in the members, a learner until the end).
+    pub added: String,
+    /// The step it waits for.
+    pub step: EtcdChangeStep,
 }
 
 /// The etcd cluster of a zone-tolerant control plane.
@@ -77,6 +121,9 @@ pub struct EtcdCluster {
     pub generation: u64,
     /// Its members, by ring member name.
     pub members: Vec<EtcdMember>,
+    /// The membership change in progress, if any: at most one at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<EtcdChange>,
 }
 
 impl EtcdCluster {
@@ -93,6 +140,21 @@ impl EtcdCluster {
     /// The ring members that run its members.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.members.iter().map(|m| m.member.as_str())
+    }
+
+    /// Whether `name` runs one of its voting members (only those may host).
+    pub fn is_voter(&self, name: &str) -> bool {
+        self.member(name).is_some_and(|m| !m.learner)
+    }
+
+    /// Whether the etcd member on `name` may run now: every member, except one being added
+    /// before etcd has been told about it (`MemberAdd`), which it would refuse.
+    pub fn may_run(&self, name: &str) -> bool {
+        self.contains(name)
+            && !self.change.as_ref().is_some_and(|c| {
+                c.added == name
+                    && matches!(c.step, EtcdChangeStep::Removing | EtcdChangeStep::Adding)
+            })
     }
 
     /// etcd's `--initial-cluster` value, with `scheme` (`http` or `https`) for the peer URLs.
@@ -290,6 +352,127 @@ mod tests {
     }
 
     #[test]
+    fn a_member_lost_long_enough_is_replaced_on_a_spare_step_by_step() {
+        use crate::controller::Observations;
+        let mut ring = Ring::new();
+        ring.add_zone_tolerant("x", Some("a")).unwrap();
+        let mut obs = Observations::default();
+        obs.serving.insert(("x".into(), 1, "a".into()));
+        ring.run(&mut obs);
+        // c (zone zc) is lost; d is in zc too, which the others (za, zb) do not use.
+        ring.lose(3);
+        obs.now_ms = 1_000;
+        assert!(
+            ring.run(&mut obs).is_empty(),
+            "not before etcd_replace_after_ms"
+        );
+        obs.now_ms = 1_000 + 59_999;
+        assert!(
+            ring.run(&mut obs).is_empty(),
+            "not before etcd_replace_after_ms"
+        );
+        obs.now_ms = 1_000 + 60_000;
+        let d = ring.run(&mut obs);
+        assert_eq!(d.len(), 1, "{d:?}");
+        let cluster = ring.cp("x").etcd.clone().unwrap();
+        assert_eq!(names(&cluster), vec!["a", "b", "d"]);
+        assert_eq!(cluster.generation, 2);
+        let added = cluster.member("d").unwrap();
+        assert!(added.learner && added.joined == 2, "{added:?}");
+        // Its etcd member starts only once etcd was told about it.
+        assert!(ring.state.replica_grants("d").is_empty());
+        assert!(ring.state.replica_grants("c").is_empty());
+        // One change at a time, nothing without the host's report.
+        assert!(ring.run(&mut obs).is_empty());
+        let err = ring
+            .apply(Command::ReplaceEtcdMember {
+                name: "x".into(),
+                remove: "b".into(),
+                add: "c".into(),
+                generation: 2,
+            })
+            .unwrap_err();
+        assert!(
+            matches!(err, CommandError::EtcdChangeInProgress { .. }),
+            "{err}"
+        );
+        // A report from another member than the host is refused.
+        let err = ring
+            .apply(Command::ReportEtcdChange {
+                name: "x".into(),
+                generation: 2,
+                member: "b".into(),
+                done: EtcdChangeStep::Removing,
+            })
+            .unwrap_err();
+        assert!(
+            matches!(err, CommandError::UnexpectedEtcdChangeReport { .. }),
+            "{err}"
+        );
+        for (step, then) in [
+            (EtcdChangeStep::Removing, Some(EtcdChangeStep::Adding)),
+            (EtcdChangeStep::Adding, Some(EtcdChangeStep::CatchingUp)),
+            (EtcdChangeStep::CatchingUp, None),
+        ] {
+            obs.etcd_changes.insert(("x".into(), 2, "a".into(), step));
+            assert_eq!(ring.run(&mut obs).len(), 1);
+            let cluster = ring.cp("x").etcd.clone().unwrap();
+            assert_eq!(cluster.change.as_ref().map(|c| c.step), then);
+            if then == Some(EtcdChangeStep::CatchingUp) {
+                assert_eq!(
+                    ring.state.replica_grants("d"),
+                    [("x".to_string(), 2)].into()
+                );
+                // A learner does not host.
+                let err = ring
+                    .apply(Command::MoveControlPlane {
+                        name: "x".into(),
+                        to: Some("d".into()),
+                        epoch: 2,
+                        kind: crate::control_plane::MoveKind::Switchover,
+                        note: String::new(),
+                    })
+                    .unwrap_err();
+                assert!(matches!(err, CommandError::NotAnEtcdMember { .. }), "{err}");
+            }
+        }
+        let cluster = ring.cp("x").etcd.clone().unwrap();
+        assert!(!cluster.member("d").unwrap().learner);
+        assert_eq!(
+            ring.state.etcd_health(ring.cp("x")).unwrap().to_string(),
+            "whole (3 of 3)"
+        );
+        // c, back, is no longer a member: it runs nothing of x.
+        assert!(ring.state.replica_grants("c").is_empty());
+        assert!(ring.run(&mut obs).is_empty());
+    }
+
+    #[test]
+    fn a_lost_member_without_a_spare_in_a_free_zone_is_not_replaced() {
+        use crate::controller::Observations;
+        let mut ring = Ring::new();
+        // d (zc), a, b: c is in zc with d, so it cannot replace a or b.
+        ring.add_zone_tolerant("x", Some("d")).unwrap();
+        ring.lose(1);
+        let mut obs = Observations::default();
+        ring.run(&mut obs);
+        obs.now_ms = 1_000_000;
+        assert!(ring.run(&mut obs).is_empty());
+        let err = ring
+            .apply(Command::ReplaceEtcdMember {
+                name: "x".into(),
+                remove: "a".into(),
+                add: "c".into(),
+                generation: 1,
+            })
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "c cannot replace an etcd member of x: its zone zc has d's etcd member already"
+        );
+    }
+
+    #[test]
     fn only_etcd_members_may_host_and_members_running_one_are_not_removed() {
         let mut ring = Ring::new();
         ring.add_zone_tolerant("x", Some("a")).unwrap();
@@ -337,13 +520,16 @@ mod tests {
                     member: "a".into(),
                     peer: "10.0.0.1:2380".into(),
                     joined: 1,
+                    learner: false,
                 },
                 EtcdMember {
                     member: "b".into(),
                     peer: "10.0.0.2:2380".into(),
                     joined: 1,
+                    learner: false,
                 },
             ],
+            change: None,
         };
         assert_eq!(
             cluster.initial_cluster("https"),

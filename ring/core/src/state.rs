@@ -16,7 +16,10 @@ use super::backup_report::BackupReport;
 use super::command::{Command, ControlPlaneSpec, Proposal};
 use super::control_plane::{ControlPlane, MoveKind, Phase};
 use super::error::{CommandError, ReportKind, Unfitness};
-use super::etcd_cluster::{EtcdCluster, EtcdHealth, EtcdMember, Tolerance, ZONE_TOLERANT_MEMBERS};
+use super::etcd_cluster::{
+    EtcdChange, EtcdChangeStep, EtcdCluster, EtcdHealth, EtcdMember, Tolerance,
+    ZONE_TOLERANT_MEMBERS,
+};
 use super::history::{Event, History};
 use super::limits::{MAX_CONTROL_PLANES, MAX_MEMBERS};
 use super::member::{Health, Member, MemberSpec, Role};
@@ -213,7 +216,8 @@ impl RingState {
     pub fn replica_grants(&self, name: &str) -> BTreeMap<String, u64> {
         self.lookup(self.index.replicas.get(name))
             .filter_map(|cp| {
-                let member = cp.etcd.as_ref()?.member(name)?;
+                let cluster = cp.etcd.as_ref()?;
+                let member = cluster.member(name).filter(|_| cluster.may_run(name))?;
                 Some((cp.name.clone(), member.joined))
             })
             .collect()
@@ -414,6 +418,18 @@ impl RingState {
                 Some(detail) => detail,
                 None => return Ok(()),
             },
+            Command::ReplaceEtcdMember {
+                name,
+                remove,
+                add,
+                generation,
+            } => self.replace_etcd_member(name, remove, add, *generation)?,
+            Command::ReportEtcdChange {
+                name,
+                generation,
+                member,
+                done,
+            } => self.report_etcd_change(name, *generation, member, *done)?,
             Command::SetLabels { id, labels } => {
                 let member = self.member_mut(*id)?;
                 member.labels = labels.clone();
@@ -858,12 +874,17 @@ impl RingState {
                 });
             }
             if let Some(cluster) = &cp.etcd
-                && !cluster.contains(to)
+                && !cluster.is_voter(to)
             {
                 return Err(CommandError::NotAnEtcdMember {
                     control_plane: name.to_string(),
                     member: to.to_string(),
-                    members: cluster.names().map(str::to_string).collect(),
+                    members: cluster
+                        .members
+                        .iter()
+                        .filter(|m| !m.learner)
+                        .map(|m| m.member.clone())
+                        .collect(),
                 });
             }
             if member.role == Role::Joining {
@@ -1174,8 +1195,10 @@ impl RingState {
                         peer: spec.etcd_peers.get(&member).cloned().unwrap_or_default(),
                         member,
                         joined: 1,
+                        learner: false,
                     })
                     .collect(),
+                change: None,
             });
             Ok(host)
         } else {
@@ -1244,6 +1267,167 @@ impl RingState {
         Ok(detail)
     }
 
+    /// See [`Command::ReplaceEtcdMember`]. The spare must be registered, a voter or learner of
+    /// the ring (not joining), not lost, suspect or cordoned, have an etcd peer address and an
+    /// endpoint for the control plane, and be in a zone none of the remaining members uses.
+    fn replace_etcd_member(
+        &mut self,
+        name: &str,
+        remove: &str,
+        add: &str,
+        generation: u64,
+    ) -> Result<String, CommandError> {
+        let cp = self
+            .control_planes
+            .get(name)
+            .ok_or_else(|| CommandError::UnknownControlPlane(name.to_string()))?;
+        let cluster = cp
+            .etcd
+            .as_ref()
+            .ok_or_else(|| CommandError::NotZoneTolerant {
+                control_plane: name.to_string(),
+            })?;
+        if cluster.generation != generation {
+            return Err(CommandError::StaleEtcdGeneration {
+                control_plane: name.to_string(),
+                generation: cluster.generation,
+            });
+        }
+        if let Some(change) = &cluster.change {
+            return Err(CommandError::EtcdChangeInProgress {
+                control_plane: name.to_string(),
+                change: format!("{} -> {}, {}", change.removed, change.added, change.step),
+            });
+        }
+        let unfit = |member: &str, why: &str| CommandError::ReplacementUnfit {
+            control_plane: name.to_string(),
+            member: member.to_string(),
+            why: why.to_string(),
+        };
+        if !cluster.contains(remove) {
+            return Err(unfit(
+                add,
+                &format!("{remove} runs none of its etcd members"),
+            ));
+        }
+        if cp.host.as_deref() == Some(remove) {
+            return Err(unfit(
+                add,
+                &format!("{remove} hosts it; the host moves before its etcd member is replaced"),
+            ));
+        }
+        if cluster.contains(add) {
+            return Err(unfit(add, "it runs one of its etcd members already"));
+        }
+        let spare = self
+            .member_by_name(add)
+            .ok_or_else(|| CommandError::UnknownMember(add.to_string()))?;
+        let why = if spare.role == Role::Joining {
+            Some("it is still joining the ring".to_string())
+        } else if matches!(spare.health, Health::Lost | Health::Suspect) {
+            Some(format!("it is {}", spare.health))
+        } else if spare.cordoned {
+            Some("it is cordoned".into())
+        } else if !cp.etcd_peers.contains_key(add) || !cp.endpoints.contains_key(add) {
+            Some("it has no etcd peer address or no endpoint for it".into())
+        } else {
+            cluster
+                .members
+                .iter()
+                .filter(|m| m.member != remove)
+                .find(|m| {
+                    self.member_by_name(&m.member)
+                        .is_some_and(|r| r.zone == spare.zone)
+                })
+                .map(|m| {
+                    format!(
+                        "its zone {} has {}'s etcd member already",
+                        spare.zone, m.member
+                    )
+                })
+        };
+        if let Some(why) = why {
+            return Err(unfit(add, &why));
+        }
+        let peer = cp.etcd_peers.get(add).cloned().unwrap_or_default();
+        let removed_peer = cluster
+            .member(remove)
+            .map(|m| m.peer.clone())
+            .unwrap_or_default();
+        let cp = self.control_plane_mut(name)?;
+        let cluster = cp.etcd.as_mut().expect("checked above");
+        cluster.generation += 1;
+        cluster.members.retain(|m| m.member != remove);
+        cluster.members.push(EtcdMember {
+            member: add.to_string(),
+            peer: peer.clone(),
+            joined: cluster.generation,
+            learner: true,
+        });
+        cluster.change = Some(EtcdChange {
+            removed: remove.to_string(),
+            removed_peer,
+            added: add.to_string(),
+            step: EtcdChangeStep::Removing,
+        });
+        Ok(format!(
+            "etcd member on {remove} to be replaced by one on {add} (peer {peer}) at generation {}",
+            cluster.generation
+        ))
+    }
+
+    /// See [`Command::ReportEtcdChange`].
+    fn report_etcd_change(
+        &mut self,
+        name: &str,
+        generation: u64,
+        member: &str,
+        done: EtcdChangeStep,
+    ) -> Result<String, CommandError> {
+        let cp = self.control_plane_mut(name)?;
+        let host = cp.host.clone();
+        let cluster = cp
+            .etcd
+            .as_mut()
+            .ok_or_else(|| CommandError::NotZoneTolerant {
+                control_plane: name.to_string(),
+            })?;
+        if cluster.generation != generation {
+            return Err(CommandError::StaleEtcdGeneration {
+                control_plane: name.to_string(),
+                generation: cluster.generation,
+            });
+        }
+        let expected = cluster.change.as_ref().map(|c| c.step);
+        if expected != Some(done) || host.as_deref() != Some(member) {
+            return Err(CommandError::UnexpectedEtcdChangeReport {
+                control_plane: name.to_string(),
+                expected: expected.map(|s| format!("{s} (reported by its host)")),
+                member: member.to_string(),
+                given: done.to_string(),
+            });
+        }
+        let change = cluster.change.as_mut().expect("checked above");
+        let added = change.added.clone();
+        Ok(match done {
+            EtcdChangeStep::Removing => {
+                change.step = EtcdChangeStep::Adding;
+                format!("etcd member on {} removed from the cluster", change.removed)
+            }
+            EtcdChangeStep::Adding => {
+                change.step = EtcdChangeStep::CatchingUp;
+                format!("etcd member on {added} added as a learner; it starts and catches up")
+            }
+            EtcdChangeStep::CatchingUp => {
+                cluster.change = None;
+                for m in cluster.members.iter_mut().filter(|m| m.member == added) {
+                    m.learner = false;
+                }
+                format!("etcd member on {added} promoted: the cluster is whole again")
+            }
+        })
+    }
+
     fn remove_control_plane(&mut self, name: &str) -> Result<String, CommandError> {
         let cp = self
             .control_planes
@@ -1270,7 +1454,9 @@ impl RingState {
             | Command::ReleaseFence { name, .. }
             | Command::ReportServing { name, .. }
             | Command::ReportMigration { name, .. }
-            | Command::ReportBackup { name, .. } => {
+            | Command::ReportBackup { name, .. }
+            | Command::ReplaceEtcdMember { name, .. }
+            | Command::ReportEtcdChange { name, .. } => {
                 if let Some(cp) = self.control_planes.get(name) {
                     check_control_plane(cp);
                 }
@@ -1351,7 +1537,9 @@ fn touched_control_plane(command: &Command) -> Option<&str> {
         | Command::ReleaseFence { name, .. }
         | Command::ReportServing { name, .. }
         | Command::ReportMigration { name, .. }
-        | Command::ReportBackup { name, .. } => Some(name),
+        | Command::ReportBackup { name, .. }
+        | Command::ReplaceEtcdMember { name, .. }
+        | Command::ReportEtcdChange { name, .. } => Some(name),
         _ => None,
     }
 }
@@ -1404,6 +1592,30 @@ fn check_control_plane(cp: &ControlPlane) {
                     cluster.contains(host),
                     "{name} is hosted on {host}, which runs none of its etcd members"
                 );
+            }
+            let learners: Vec<&str> = cluster
+                .members
+                .iter()
+                .filter(|m| m.learner)
+                .map(|m| m.member.as_str())
+                .collect();
+            match &cluster.change {
+                Some(change) => {
+                    assert_eq!(
+                        learners,
+                        [change.added.as_str()],
+                        "{name}'s learners are not the member being added"
+                    );
+                    assert!(
+                        !cluster.contains(&change.removed),
+                        "{name}'s removed etcd member is still listed"
+                    );
+                    assert!(
+                        cp.host.as_deref() != Some(change.added.as_str()),
+                        "{name} is hosted on a learner"
+                    );
+                }
+                None => assert!(learners.is_empty(), "{name} has learners and no change"),
             }
         }
         (tolerance, etcd) => panic!("{name} has tolerance {tolerance} and etcd cluster {etcd:?}"),
@@ -1494,7 +1706,9 @@ fn subject(state: &RingState, command: &Command) -> String {
         | Command::ReleaseFence { name, .. }
         | Command::ReportServing { name, .. }
         | Command::ReportMigration { name, .. }
-        | Command::ReportBackup { name, .. } => name.clone(),
+        | Command::ReportBackup { name, .. }
+        | Command::ReplaceEtcdMember { name, .. }
+        | Command::ReportEtcdChange { name, .. } => name.clone(),
         Command::Cordon { id, .. } | Command::SetLabels { id, .. } => member_name(id),
     }
 }

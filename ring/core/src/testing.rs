@@ -27,6 +27,7 @@ pub(crate) fn policy() -> Policy {
         margin_ms: 100,
         min_move_interval_ms: 5_000,
         capacity: 0,
+        etcd_replace_after_ms: 60_000,
     }
 }
 

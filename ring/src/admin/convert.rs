@@ -64,6 +64,7 @@ pub fn control_plane(cp: &ControlPlane, state: &RingState) -> pb::ControlPlane {
                         member: m.member.clone(),
                         peer: m.peer.clone(),
                         joined: m.joined,
+                        learner: m.learner,
                     })
                     .collect(),
                 health: health.word().to_string(),
@@ -71,6 +72,11 @@ pub fn control_plane(cp: &ControlPlane, state: &RingState) -> pb::ControlPlane {
                     EtcdHealth::Whole { .. } => Vec::new(),
                     EtcdHealth::Degraded { down, .. } | EtcdHealth::NoQuorum { down, .. } => down,
                 },
+                change: cluster
+                    .change
+                    .as_ref()
+                    .map(|c| format!("{} -> {}: {}", c.removed, c.added, c.step))
+                    .unwrap_or_default(),
             }
         }),
     }

@@ -28,7 +28,7 @@ use super::backup_status::BackupStatuses;
 use super::etcd::{EtcdInstance, EtcdRuntime, InstancePhase, SnapshotTimes};
 use super::etcd_replica::EtcdReplica;
 use super::workload::Guard;
-pub use super::workload::{DriverError, MigrationTarget, ReplicaTarget, Target};
+pub use super::workload::{DriverError, MigrationTarget, PendingChange, ReplicaTarget, Target};
 use crate::config::{Config, DriverKind, DriverSettings};
 use crate::time::monotonic_ms;
 
@@ -315,6 +315,43 @@ impl Workloads {
             },
         };
         self.replicas.insert(target.name, replica);
+    }
+
+    /// The step of its etcd cluster's change each zone-tolerant control plane this member
+    /// fronts is to carry out, from the applied `state`.
+    pub fn pending_etcd_changes(
+        &self,
+        state: &crate::core::RingState,
+    ) -> BTreeMap<String, Option<PendingChange>> {
+        self.etcd_instances
+            .iter()
+            .filter(|(_, i)| i.target().zone_tolerant)
+            .map(|(name, _)| {
+                (
+                    name.clone(),
+                    PendingChange::from_state(state, &self.member, name),
+                )
+            })
+            .collect()
+    }
+
+    /// Hands each front end the step it is to carry out.
+    pub fn set_etcd_changes(&self, changes: BTreeMap<String, Option<PendingChange>>) {
+        for (name, change) in changes {
+            if let Some(instance) = self.etcd_instances.get(&name) {
+                instance.set_etcd_change(change);
+            }
+        }
+    }
+
+    /// The etcd cluster changes' steps the front ends did: control plane -> (generation, step).
+    pub fn etcd_changes(
+        &self,
+    ) -> BTreeMap<String, (u64, crate::core::etcd_cluster::EtcdChangeStep)> {
+        self.etcd_instances
+            .iter()
+            .filter_map(|(name, i)| Some((name.clone(), i.etcd_change_done()?)))
+            .collect()
     }
 
     /// Moves the deadline of this member's etcd member of `name` (joined at `joined`).

@@ -43,12 +43,14 @@ use super::etcd_replica::ReplicaHandle;
 pub use super::etcd_runtime::{EtcdRuntime, SnapshotTimes};
 use super::gate::Gate;
 use super::lease::lease_runs_out;
+use super::workload::PendingChange;
 use super::workload::{DriverError, Guard, Target};
 use crate::backup::copy::{CopyOptions, CopyProgress};
 use crate::backup::etcd::{EtcdClient, EtcdClientOptions};
 use crate::backup::location::BackupLocation;
 use crate::backup::migrate::{MigrateError, MigrationPlan, migrate};
 use crate::backup::restore::{RestoreError, RestoreOptions, RestoreTool, restore_newest};
+use crate::core::etcd_cluster::EtcdChangeStep;
 use crate::core::migration::{MigrationReport, MigrationStep, note_text};
 use crate::time::{monotonic_ms, unix_ms};
 
@@ -76,6 +78,8 @@ struct View {
     healthy: bool,
     report: Option<MigrationReport>,
     copy: Option<watch::Receiver<CopyProgress>>,
+    /// The last step of its etcd cluster's change this front end did (generation, step).
+    etcd_done: Option<(u64, EtcdChangeStep)>,
 }
 
 struct Shared {
@@ -123,6 +127,7 @@ pub struct EtcdInstance {
     target: Target,
     deadline: watch::Sender<u64>,
     stop: watch::Sender<bool>,
+    change: watch::Sender<Option<PendingChange>>,
     shared: Arc<Shared>,
     task: JoinHandle<()>,
 }
@@ -141,12 +146,14 @@ impl EtcdInstance {
     ) -> Self {
         let (deadline, deadline_rx) = watch::channel(deadline_ms);
         let (stop, stop_rx) = watch::channel(false);
+        let (change, change_rx) = watch::channel(None);
         let shared = Arc::new(Shared {
             view: Mutex::new(View {
                 phase: InstancePhase::Preparing,
                 healthy: false,
                 report: None,
                 copy: None,
+                etcd_done: None,
             }),
             gate: tokio::sync::Mutex::new(None),
         });
@@ -160,7 +167,7 @@ impl EtcdInstance {
                 shared.clone(),
                 deadline_rx,
                 stop_rx,
-                replica,
+                replica.map(|r| (r, change_rx)),
             )
             .instrument(span),
         );
@@ -168,9 +175,25 @@ impl EtcdInstance {
             target,
             deadline,
             stop,
+            change,
             shared,
             task,
         }
+    }
+
+    /// The step of its etcd cluster's change this front end is to carry out (zone-tolerant
+    /// control planes only; `None`: no change in progress).
+    pub fn set_etcd_change(&self, change: Option<PendingChange>) {
+        self.change.send_if_modified(|c| {
+            let changed = *c != change;
+            *c = change;
+            changed
+        });
+    }
+
+    /// The last step of its etcd cluster's change this front end did.
+    pub fn etcd_change_done(&self) -> Option<(u64, EtcdChangeStep)> {
+        self.shared.view().etcd_done
     }
 
     /// The control plane and epoch.
@@ -317,7 +340,7 @@ async fn run(
     shared: Arc<Shared>,
     mut deadline: watch::Receiver<u64>,
     mut stop: watch::Receiver<bool>,
-    replica: Option<ReplicaHandle>,
+    replica: Option<(ReplicaHandle, watch::Receiver<Option<PendingChange>>)>,
 ) {
     let name = target.name.clone();
     let epoch = target.epoch;
@@ -353,12 +376,13 @@ async fn run(
     }
     shared.report(MigrationStep::Starting, |_| {});
     let served = match replica {
-        Some(replica) => {
+        Some((replica, change)) => {
             front(
                 &runtime,
                 &target,
                 &shared,
                 replica,
+                change,
                 &mut deadline,
                 &mut stop,
             )
@@ -740,10 +764,11 @@ async fn serve(
 }
 
 /// What an instance's etcd is: its own process (under its guard), or this member's etcd member
-/// of a zone-tolerant control plane, which runs on and which the instance only fronts.
+/// of a zone-tolerant control plane, which runs on and which the instance only fronts (with
+/// the step of its cluster's change to carry out).
 enum Backend {
     Own(Guard),
-    Replica(ReplicaHandle),
+    Replica(ReplicaHandle, watch::Receiver<Option<PendingChange>>),
 }
 
 impl Backend {
@@ -751,7 +776,7 @@ impl Backend {
     async fn ended(&mut self) -> String {
         match self {
             Backend::Own(guard) => guard.wait().await,
-            Backend::Replica(replica) => {
+            Backend::Replica(replica, _) => {
                 let _ = replica.client_url.wait_for(Option::is_none).await;
                 "this member's etcd member stopped".into()
             }
@@ -776,10 +801,36 @@ impl Backend {
     async fn answers(&self, client: &EtcdClient) -> bool {
         match self {
             Backend::Own(_) => client.status().await.is_ok(),
-            Backend::Replica(_) => client.get(HEALTH_KEY).await.is_ok(),
+            Backend::Replica(..) => client.get(HEALTH_KEY).await.is_ok(),
+        }
+    }
+
+    /// Carries out the step of the etcd cluster's change that waits, if any and not done yet.
+    async fn carry_out_change(&self, client: &EtcdClient, shared: &Shared, scheme: &str) {
+        let Backend::Replica(_, change) = self else {
+            return;
+        };
+        let Some(change) = change.borrow().clone() else {
+            return;
+        };
+        if shared.view().etcd_done == Some((change.generation, change.step)) {
+            return;
+        }
+        match super::etcd_membership::carry_out(client, &change, scheme).await {
+            Ok(true) => shared.view().etcd_done = Some((change.generation, change.step)),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(
+                "etcd cluster change ({} of {} -> {}): {e}; again shortly",
+                change.step,
+                change.removed,
+                change.added
+            ),
         }
     }
 }
+
+/// How often a front end tries the step of its etcd cluster's change, ms.
+const ETCD_CHANGE_INTERVAL_MS: u64 = 500;
 
 /// The key a zone-tolerant front end reads (linearizably) to tell that its cluster has a
 /// quorum; it need not exist.
@@ -793,6 +844,7 @@ async fn front(
     target: &Target,
     shared: &Shared,
     mut replica: ReplicaHandle,
+    change: watch::Receiver<Option<PendingChange>>,
     deadline: &mut watch::Receiver<u64>,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<Ending, InstanceError> {
@@ -846,7 +898,7 @@ async fn front(
         shared,
         client,
         relay_to,
-        Backend::Replica(replica),
+        Backend::Replica(replica, change),
         deadline,
         stop,
     )
@@ -907,6 +959,9 @@ async fn behind_gate(
     health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let margin_ms = runtime.timing.self_fence_margin_ms();
     let mut deadline_for_guard = deadline.clone();
+    let fronts_replica = matches!(backend, Backend::Replica(..));
+    let mut change_tick = tokio::time::interval(Duration::from_millis(ETCD_CHANGE_INTERVAL_MS));
+    change_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let ending = loop {
         tokio::select! {
             _ = stopped(stop) => break Ending::Stopped,
@@ -960,6 +1015,9 @@ async fn behind_gate(
             _ = health.tick() => {
                 let ok = backend.answers(&client).await;
                 set_healthy(shared, ok);
+            }
+            _ = change_tick.tick(), if fronts_replica => {
+                backend.carry_out_change(&client, shared, runtime.peer_scheme()).await;
             }
         }
     };

@@ -278,7 +278,8 @@ async fn etcd_argv(
         "--initial-cluster".into(),
         target.cluster.initial_cluster(scheme),
         "--initial-cluster-state".into(),
-        "new".into(),
+        // Generation 1 formed the cluster; a member added later joins it (after `MemberAdd`).
+        if target.joined > 1 { "existing" } else { "new" }.into(),
         "--initial-cluster-token".into(),
         target.cluster.token.clone(),
         "--logger".into(),

@@ -9,6 +9,7 @@ pub mod backup_status;
 pub mod driver;
 pub mod etcd;
 mod etcd_backups;
+mod etcd_membership;
 mod etcd_replica;
 mod etcd_runtime;
 pub mod gate;
@@ -142,6 +143,7 @@ impl Agent {
                 healthy,
                 migrations: self.workloads.migrations(),
                 backups: self.workloads.backups(&running),
+                etcd_changes: self.workloads.etcd_changes(),
             })
             .await;
         let reply = match reply {
@@ -196,6 +198,11 @@ impl Agent {
         for action in replica_stops {
             self.act_on_replica(action);
         }
+        // The hosts of zone-tolerant control planes carry out their clusters' changes.
+        let changes = self
+            .state
+            .read(|a| self.workloads.pending_etcd_changes(&a.state));
+        self.workloads.set_etcd_changes(changes);
     }
 
     fn act_on_replica(&mut self, action: ReplicaAction) {

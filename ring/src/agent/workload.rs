@@ -10,7 +10,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use tracing::Instrument as _;
 
 use crate::core::RingState;
-use crate::core::etcd_cluster::EtcdCluster;
+use crate::core::etcd_cluster::{EtcdChangeStep, EtcdCluster};
 
 /// Why a driver action failed.
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +104,47 @@ impl Target {
             backup: cp.backup_for(member).to_string(),
             migration,
             zone_tolerant: cp.etcd.is_some(),
+        })
+    }
+}
+
+/// The step of a zone-tolerant control plane's etcd cluster change its host is to carry out
+/// (see [`crate::core::etcd_cluster::EtcdChange`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingChange {
+    /// The cluster's generation.
+    pub generation: u64,
+    /// The step.
+    pub step: EtcdChangeStep,
+    /// The etcd member that goes (its name, and its peer address `host:port`).
+    pub removed: String,
+    /// Its peer address.
+    pub removed_peer: String,
+    /// The etcd member that comes.
+    pub added: String,
+    /// Its peer address (`host:port`).
+    pub added_peer: String,
+}
+
+impl PendingChange {
+    /// The step `state` has `member` carry out for control plane `name`, if it hosts it.
+    pub fn from_state(state: &RingState, member: &str, name: &str) -> Option<Self> {
+        let cp = state.control_planes.get(name)?;
+        if cp.host.as_deref() != Some(member) {
+            return None;
+        }
+        let cluster = cp.etcd.as_ref()?;
+        let change = cluster.change.as_ref()?;
+        Some(Self {
+            generation: cluster.generation,
+            step: change.step,
+            removed: change.removed.clone(),
+            removed_peer: change.removed_peer.clone(),
+            added: change.added.clone(),
+            added_peer: cluster
+                .member(&change.added)
+                .map(|m| m.peer.clone())
+                .unwrap_or_default(),
         })
     }
 }

@@ -18,6 +18,7 @@ use bytes::Bytes;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::etcdpb;
+use crate::etcdpb::cluster_client::ClusterClient;
 use crate::etcdpb::kv_client::KvClient;
 use crate::etcdpb::maintenance_client::MaintenanceClient;
 use crate::etcdpb::watch_client::WatchClient;
@@ -390,6 +391,29 @@ pub struct EtcdClient {
     kv: KvClient<Channel>,
     maintenance: MaintenanceClient<Channel>,
     watch: WatchClient<Channel>,
+    cluster: ClusterClient<Channel>,
+}
+
+/// A member of an etcd cluster, as its membership API lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdMember {
+    /// Its id.
+    pub id: u64,
+    /// Its name; empty until it started.
+    pub name: String,
+    /// Where its peers reach it.
+    pub peer_urls: Vec<String>,
+    /// Whether it is a learner.
+    pub learner: bool,
+}
+
+fn convert_member(m: etcdpb::Member) -> EtcdMember {
+    EtcdMember {
+        id: m.id,
+        name: m.name,
+        peer_urls: m.peer_ur_ls,
+        learner: m.is_learner,
+    }
 }
 
 impl EtcdClient {
@@ -426,6 +450,7 @@ impl EtcdClient {
             watch: WatchClient::new(channel.clone())
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            cluster: ClusterClient::new(channel.clone()),
             maintenance: MaintenanceClient::new(channel)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
@@ -458,6 +483,55 @@ impl EtcdClient {
             raft_index: r.raft_index,
             raft_term: r.raft_term,
         })
+    }
+
+    /// The cluster's members.
+    pub async fn member_list(&self) -> Result<Vec<EtcdMember>, EtcdError> {
+        let mut client = self.cluster.clone();
+        let r = self
+            .unary(
+                "MemberList",
+                client.member_list(self.request(etcdpb::MemberListRequest { linearizable: true })),
+            )
+            .await?;
+        Ok(r.members.into_iter().map(convert_member).collect())
+    }
+
+    /// Adds a member reached at `peer_url` as a learner; returns its id.
+    pub async fn member_add_learner(&self, peer_url: &str) -> Result<u64, EtcdError> {
+        let mut client = self.cluster.clone();
+        let r = self
+            .unary(
+                "MemberAdd",
+                client.member_add(self.request(etcdpb::MemberAddRequest {
+                    peer_ur_ls: vec![peer_url.to_string()],
+                    is_learner: true,
+                })),
+            )
+            .await?;
+        Ok(r.member.map(|m| m.id).unwrap_or_default())
+    }
+
+    /// Removes member `id`.
+    pub async fn member_remove(&self, id: u64) -> Result<(), EtcdError> {
+        let mut client = self.cluster.clone();
+        self.unary(
+            "MemberRemove",
+            client.member_remove(self.request(etcdpb::MemberRemoveRequest { id })),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Promotes learner `id`; etcd refuses until it caught up with the leader.
+    pub async fn member_promote(&self, id: u64) -> Result<(), EtcdError> {
+        let mut client = self.cluster.clone();
+        self.unary(
+            "MemberPromote",
+            client.member_promote(self.request(etcdpb::MemberPromoteRequest { id })),
+        )
+        .await?;
+        Ok(())
     }
 
     /// Writes `key` = `value`; returns the revision of the write.

@@ -121,6 +121,11 @@ pub struct RenewRequest {
     /// the epoch in `running` (etcd driver; empty with the others).
     #[serde(default)]
     pub backups: std::collections::BTreeMap<String, crate::core::backup_report::BackupReport>,
+    /// Of those (zone-tolerant ones it hosts), the step of their etcd cluster's change it did:
+    /// control plane -> (cluster generation, step).
+    #[serde(default)]
+    pub etcd_changes:
+        std::collections::BTreeMap<String, (u64, crate::core::etcd_cluster::EtcdChangeStep)>,
 }
 
 /// The leader's answer to a [`RenewRequest`].

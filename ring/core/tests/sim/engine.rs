@@ -227,6 +227,7 @@ impl<'a> World<'a> {
             margin_ms: timing.clock_margin_ms,
             min_move_interval_ms: 1_000,
             capacity: 0,
+            etcd_replace_after_ms: 60_000,
         };
         let members = (0..c.members)
             .map(|i| {

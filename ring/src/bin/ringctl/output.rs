@@ -136,7 +136,11 @@ pub fn control_plane(cp: &pb::ControlPlane) -> String {
         ));
         for m in &etcd.members {
             let mark = if m.member == cp.host { "  <- host" } else { "" };
-            out.push_str(&format!("\n  {}: peer {}{mark}", m.member, m.peer));
+            let learner = if m.learner { " (learner)" } else { "" };
+            out.push_str(&format!("\n  {}: peer {}{learner}{mark}", m.member, m.peer));
+        }
+        if !etcd.change.is_empty() {
+            out.push_str(&format!("\n  replacing: {}", etcd.change));
         }
         if etcd.health == "no-quorum" {
             out.push_str(

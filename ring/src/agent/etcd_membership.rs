@@ -1,0 +1,85 @@
+//! How the host of a zone-tolerant control plane carries out one step of its etcd cluster's
+//! change ([`PendingChange`]) with etcd's membership API. Every step first looks at the
+//! member list, so doing it twice (a retry, a new host, a new leader) changes nothing:
+//!
+//! - `removing`: the lost member (by name, or by peer URL when it never started) is removed
+//!   if etcd still lists it;
+//! - `adding`: the spare's peer URL is added as a learner unless etcd lists it already; its
+//!   etcd member is started only after this step was committed;
+//! - `catching-up`: the learner is promoted; etcd refuses until it caught up with the leader,
+//!   and the step is tried again at the next tick.
+
+use super::workload::PendingChange;
+use crate::backup::etcd::{EtcdClient, EtcdError, EtcdMember};
+use crate::core::etcd_cluster::EtcdChangeStep;
+
+/// Does `change` through `client` (`scheme`: the peer URLs' `http` or `https`): `Ok(true)`
+/// once etcd's membership is as the step wants it, `Ok(false)` when it must be tried again
+/// later (a learner not caught up yet).
+pub(super) async fn carry_out(
+    client: &EtcdClient,
+    change: &PendingChange,
+    scheme: &str,
+) -> Result<bool, EtcdError> {
+    let members = client.member_list().await?;
+    let removed_url = format!("{scheme}://{}", change.removed_peer);
+    let added_url = format!("{scheme}://{}", change.added_peer);
+    let find_url = |url: &str| -> Option<&EtcdMember> {
+        members
+            .iter()
+            .find(|m| m.peer_urls.iter().any(|u| u == url))
+    };
+    match change.step {
+        EtcdChangeStep::Removing => {
+            let gone = members
+                .iter()
+                .find(|m| m.name == change.removed)
+                .or_else(|| find_url(&removed_url));
+            if let Some(member) = gone {
+                tracing::info!(
+                    "removing etcd member {} ({:x}) of lost {} from the cluster",
+                    member.name,
+                    member.id,
+                    change.removed
+                );
+                client.member_remove(member.id).await?;
+            }
+            Ok(true)
+        }
+        EtcdChangeStep::Adding => {
+            if find_url(&added_url).is_none() {
+                let id = client.member_add_learner(&added_url).await?;
+                tracing::info!(
+                    "added {} ({added_url}) to the etcd cluster as learner {id:x}",
+                    change.added
+                );
+            }
+            Ok(true)
+        }
+        EtcdChangeStep::CatchingUp => match find_url(&added_url) {
+            None => {
+                // Someone removed it behind the ring's back: never promote a stranger.
+                tracing::warn!(
+                    "the etcd cluster no longer lists {added_url} ({}); waiting",
+                    change.added
+                );
+                Ok(false)
+            }
+            Some(member) if !member.learner => Ok(true),
+            Some(member) => match client.member_promote(member.id).await {
+                Ok(()) => {
+                    tracing::info!(
+                        "promoted etcd member {} ({:x}): it votes now",
+                        change.added,
+                        member.id
+                    );
+                    Ok(true)
+                }
+                Err(e) => {
+                    tracing::debug!("learner {} not promoted yet: {e}", change.added);
+                    Ok(false)
+                }
+            },
+        },
+    }
+}
