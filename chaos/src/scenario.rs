@@ -225,7 +225,21 @@ pub async fn run_once(
             measures.split_brain_writes
         ));
     }
+    let member_names: Vec<String> = world.members.iter().map(|m| m.name.clone()).collect();
     drop(world);
+    // A passed run keeps its logs, not its data: every etcd preallocates a 64 MiB WAL, and a
+    // zone-tolerant run has three per control plane (about 1 GiB a run). A failed run keeps
+    // everything for the post-mortem.
+    if failures.is_empty() {
+        for member in &member_names {
+            let data = options.dir.join(member).join("data");
+            if let Err(e) = std::fs::remove_dir_all(&data)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                eprintln!("cannot remove {}: {e}", data.display());
+            }
+        }
+    }
     timeline.events.sort_by_key(|e| e.at_ms);
     Ok(Run {
         scenario: if options.zone_tolerant {

@@ -14,6 +14,8 @@
 
 use std::collections::BTreeMap;
 
+use super::etcd_cluster::ReplicaKey;
+
 /// A lease the leader granted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
@@ -23,9 +25,9 @@ pub struct Grant {
     pub lease_ms: u64,
     /// Control plane -> epoch this member may serve.
     pub control_planes: BTreeMap<String, u64>,
-    /// Zone-tolerant control plane -> the cluster generation this member's etcd member joined
-    /// at: the etcd members it runs ([`RingState::replica_grants`](crate::RingState::replica_grants)).
-    pub replicas: BTreeMap<String, u64>,
+    /// Zone-tolerant control plane -> which run of this member's etcd member of it: the etcd
+    /// members it runs ([`RingState::replica_grants`](crate::RingState::replica_grants)).
+    pub replicas: BTreeMap<String, ReplicaKey>,
 }
 
 impl Grant {
@@ -126,15 +128,15 @@ pub enum ReplicaAction {
     Stop {
         /// The control plane.
         name: String,
-        /// The generation the running replica joined at.
-        joined: u64,
+        /// The running replica's key.
+        key: ReplicaKey,
     },
     /// Start it, to be stopped by its guard at `deadline_ms`.
     Start {
         /// The control plane.
         name: String,
-        /// The generation it joined at.
-        joined: u64,
+        /// Which run.
+        key: ReplicaKey,
         /// The lease deadline (monotonic ms).
         deadline_ms: u64,
     },
@@ -142,42 +144,45 @@ pub enum ReplicaAction {
     Extend {
         /// The control plane.
         name: String,
-        /// The generation it joined at.
-        joined: u64,
+        /// Which run.
+        key: ReplicaKey,
         /// The new deadline (monotonic ms).
         deadline_ms: u64,
     },
 }
 
-/// The actions on the etcd members this member runs (`running`: control plane -> generation
-/// joined) for a fresh `grant`: stop those not granted (or granted at another generation: the
-/// member was removed from the cluster and added again, and must start from nothing), start or
-/// extend the granted ones. Stops come first. Replicas need no epoch memory: etcd keeps its own
+/// The actions on the etcd members this member runs (`running`: control plane -> key) for a
+/// fresh `grant`: stop those not granted (or granted with another key: the member was removed
+/// from the cluster and added again, and must start from nothing; or it must start again on
+/// its data, a recovery), start or extend the granted ones. Stops come first. Replicas need no epoch memory: etcd keeps its own
 /// members consistent, and nothing a client reaches runs on a replica (the host's gate is
 /// governed by [`reconcile`]).
-pub fn reconcile_replicas(grant: &Grant, running: &BTreeMap<String, u64>) -> Vec<ReplicaAction> {
+pub fn reconcile_replicas(
+    grant: &Grant,
+    running: &BTreeMap<String, ReplicaKey>,
+) -> Vec<ReplicaAction> {
     let mut actions = Vec::new();
-    for (name, joined) in running {
-        if grant.replicas.get(name) != Some(joined) {
+    for (name, key) in running {
+        if grant.replicas.get(name) != Some(key) {
             actions.push(ReplicaAction::Stop {
                 name: name.clone(),
-                joined: *joined,
+                key: *key,
             });
         }
     }
     let deadline_ms = grant.deadline_ms();
-    for (name, joined) in &grant.replicas {
-        let (name, joined) = (name.clone(), *joined);
-        actions.push(if running.get(&name) == Some(&joined) {
+    for (name, key) in &grant.replicas {
+        let (name, key) = (name.clone(), *key);
+        actions.push(if running.get(&name) == Some(&key) {
             ReplicaAction::Extend {
                 name,
-                joined,
+                key,
                 deadline_ms,
             }
         } else {
             ReplicaAction::Start {
                 name,
-                joined,
+                key,
                 deadline_ms,
             }
         });
@@ -189,18 +194,25 @@ pub fn reconcile_replicas(grant: &Grant, running: &BTreeMap<String, u64>) -> Vec
 mod tests {
     use super::*;
 
+    fn key(joined: u64) -> ReplicaKey {
+        ReplicaKey {
+            joined,
+            incarnation: 0,
+        }
+    }
+
     #[test]
     fn replicas_start_extend_and_stop_by_the_grant_and_a_new_generation_restarts() {
         let grant = Grant {
             sent_at_ms: 0,
             lease_ms: 1_000,
             control_planes: BTreeMap::new(),
-            replicas: [("x".to_string(), 1), ("y".to_string(), 3)].into(),
+            replicas: [("x".to_string(), key(1)), ("y".to_string(), key(3))].into(),
         };
         let running = [
-            ("x".to_string(), 1),
-            ("y".to_string(), 2),
-            ("z".to_string(), 1),
+            ("x".to_string(), key(1)),
+            ("y".to_string(), key(2)),
+            ("z".to_string(), key(1)),
         ]
         .into();
         assert_eq!(
@@ -208,20 +220,20 @@ mod tests {
             vec![
                 ReplicaAction::Stop {
                     name: "y".into(),
-                    joined: 2
+                    key: key(2)
                 },
                 ReplicaAction::Stop {
                     name: "z".into(),
-                    joined: 1
+                    key: key(1)
                 },
                 ReplicaAction::Extend {
                     name: "x".into(),
-                    joined: 1,
+                    key: key(1),
                     deadline_ms: 1_000
                 },
                 ReplicaAction::Start {
                     name: "y".into(),
-                    joined: 3,
+                    key: key(3),
                     deadline_ms: 1_000
                 },
             ]

@@ -319,12 +319,25 @@ pub enum Command {
     ReplaceEtcdMember {
         /// The control plane.
         name: String,
-        /// The ring member whose etcd member goes.
-        remove: String,
+        /// The ring member whose etcd member goes; `None` only adds one (a cluster with fewer
+        /// than three members after a recovery grows back).
+        remove: Option<String>,
         /// The ring member whose etcd member comes.
         add: String,
         /// The cluster's generation now (the change makes it one more): a decision taken on
         /// stale state fails.
+        generation: u64,
+    },
+    /// An operator's recovery of a zone-tolerant control plane's etcd cluster that lost its
+    /// quorum: the cluster starts again as `from`'s etcd member alone, forced from its data
+    /// (`--force-new-cluster`); writes the cluster acknowledged that `from` had not received
+    /// are lost. It grows back to three members on spares afterwards.
+    RecoverEtcdCluster {
+        /// The control plane.
+        name: String,
+        /// The surviving member whose etcd data the cluster starts from (its host).
+        from: String,
+        /// The cluster's generation now: a recovery decided on stale state fails.
         generation: u64,
     },
     /// The host of a zone-tolerant control plane did `done`, the step its cluster's change
@@ -412,6 +425,7 @@ impl Command {
             Command::ReportBackup { .. } => "control-plane.backup",
             Command::ReplaceEtcdMember { .. } => "control-plane.etcd-replace",
             Command::ReportEtcdChange { .. } => "control-plane.etcd-change",
+            Command::RecoverEtcdCluster { .. } => "control-plane.etcd-recover",
             Command::SetLabels { .. } => "member.labels",
             Command::SetControlPlaneLabels { .. } => "control-plane.labels",
             Command::Cordon { cordoned: true, .. } => "member.cordon",
@@ -537,9 +551,11 @@ impl Command {
                 generation,
             } => {
                 require("control plane name", name, check_label)?;
-                require("member name", remove, check_label)?;
+                if let Some(remove) = remove {
+                    require("member name", remove, check_label)?;
+                }
                 require("member name", add, check_label)?;
-                if remove == add {
+                if remove.as_ref() == Some(add) {
                     return Err(CommandError::invalid(
                         "member name",
                         add,
@@ -560,6 +576,11 @@ impl Command {
                 generation,
                 member,
                 ..
+            }
+            | Command::RecoverEtcdCluster {
+                name,
+                generation,
+                from: member,
             } => {
                 require("control plane name", name, check_label)?;
                 require("member name", member, check_label)?;

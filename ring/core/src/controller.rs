@@ -24,7 +24,7 @@ use super::backup_report::{self, BackupReport};
 use super::command::Command;
 use super::control_plane::{ControlPlane, MoveKind, Phase};
 use super::error::CommandError;
-use super::etcd_cluster::EtcdChangeStep;
+use super::etcd_cluster::{EtcdChangeStep, ZONE_TOLERANT_MEMBERS};
 use super::member::Health;
 use super::migration::MigrationReport;
 use super::placement::{self, NoEligibleHost, Request};
@@ -281,6 +281,34 @@ fn etcd_decisions(
     if state.settings.paused {
         return out;
     }
+    // A cluster left smaller by an operator's recovery grows back, once its host serves.
+    for cp in state.small_clusters() {
+        let Some(cluster) = &cp.etcd else { continue };
+        if cluster.members.len() >= ZONE_TOLERANT_MEMBERS
+            || cluster.change.is_some()
+            || cp.phase != Phase::Running
+            || decided.contains(&cp.name)
+            || seen.contains(&cp.name)
+        {
+            continue;
+        }
+        let Some(spare) = spare_for(state, cp, "") else {
+            continue;
+        };
+        seen.insert(cp.name.clone());
+        out.push(Decision {
+            command: Command::ReplaceEtcdMember {
+                name: cp.name.clone(),
+                remove: None,
+                add: spare.clone(),
+                generation: cluster.generation,
+            },
+            reason: format!(
+                "its etcd cluster has {} of {ZONE_TOLERANT_MEMBERS} members; one more on {spare}",
+                cluster.members.len()
+            ),
+        });
+    }
     for (lost, since) in &obs.lost_since {
         let waited = obs.now_ms.saturating_sub(*since);
         if waited < policy.etcd_replace_after_ms {
@@ -301,7 +329,7 @@ fn etcd_decisions(
             out.push(Decision {
                 command: Command::ReplaceEtcdMember {
                     name: cp.name.clone(),
-                    remove: lost.clone(),
+                    remove: Some(lost.clone()),
                     add: spare.clone(),
                     generation: cluster.generation,
                 },

@@ -187,6 +187,14 @@ pub enum CommandError {
         /// What was reported.
         given: String,
     },
+    /// An operator's recovery of an etcd cluster that is not allowed now.
+    #[error("cannot recover the etcd cluster of {control_plane}: {why}")]
+    RecoveryRefused {
+        /// The control plane.
+        control_plane: String,
+        /// Why not.
+        why: String,
+    },
     /// A replacement etcd member that cannot take part.
     #[error("{member} cannot replace an etcd member of {control_plane}: {why}")]
     ReplacementUnfit {
@@ -441,6 +449,7 @@ impl CommandError {
             CommandError::EtcdChangeInProgress { .. } => "etcd_change_in_progress",
             CommandError::UnexpectedEtcdChangeReport { .. } => "unexpected_etcd_change_report",
             CommandError::ReplacementUnfit { .. } => "replacement_unfit",
+            CommandError::RecoveryRefused { .. } => "etcd_recovery_refused",
             CommandError::LastVoter { .. } => "last_voter",
             CommandError::NothingToRecover => "nothing_to_recover",
             CommandError::RecoveryFromRetiredMember { .. } => "recovery_from_retired_member",

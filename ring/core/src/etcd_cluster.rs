@@ -70,6 +70,50 @@ pub struct EtcdMember {
     /// does not host.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub learner: bool,
+    /// Starts with `--force-new-cluster` (an operator's recovery from this member's data):
+    /// set by [`Command::RecoverEtcdCluster`](crate::Command::RecoverEtcdCluster), cleared when
+    /// the cluster grows again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force_new_cluster: bool,
+    /// Goes up when its etcd process must start again on the same data (a recovery).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub incarnation: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
+impl EtcdMember {
+    /// Which run of it a grant covers: a member runs one etcd process per key; another key
+    /// restarts it (another `joined`: on an empty data directory of its own).
+    pub fn key(&self) -> ReplicaKey {
+        ReplicaKey {
+            joined: self.joined,
+            incarnation: self.incarnation,
+        }
+    }
+}
+
+/// Which run of an etcd member a lease covers ([`EtcdMember::key`]).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct ReplicaKey {
+    /// The generation it joined at: names its data directory.
+    pub joined: u64,
+    /// Its incarnation on that data.
+    pub incarnation: u64,
+}
+
+impl fmt::Display for ReplicaKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "joined {}, incarnation {}",
+            self.joined, self.incarnation
+        )
+    }
 }
 
 /// The step a replacement of an etcd member waits for; the host performs each with etcd's
@@ -85,6 +129,10 @@ pub enum EtcdChangeStep {
     Adding,
     /// `MemberPromote` of the learner, which etcd refuses until it caught up with the leader.
     CatchingUp,
+    /// An operator's recovery: the member (`added`) restarts with `--force-new-cluster` on its
+    /// data; done when etcd lists it alone and it answers a linearizable read. Only then does
+    /// the cluster grow again (a member added before would be forced out by a restart).
+    Forcing,
 }
 
 impl fmt::Display for EtcdChangeStep {
@@ -93,6 +141,7 @@ impl fmt::Display for EtcdChangeStep {
             EtcdChangeStep::Removing => "removing",
             EtcdChangeStep::Adding => "adding",
             EtcdChangeStep::CatchingUp => "catching-up",
+            EtcdChangeStep::Forcing => "forcing",
         })
     }
 }
@@ -105,7 +154,8 @@ pub struct EtcdChange {
     /// Its peer address (`host:port`), by which etcd may list it before it ever started.
     #[serde(default)]
     pub removed_peer: String,
-    /// The ring member whose etcd member comes (in the members, a learner until the end).
+    /// The ring member whose etcd member comes (in the members, a learner until the end); in
+    /// a recovery (step `forcing`), the member it restarts from.
     pub added: String,
     /// The step it waits for.
     pub step: EtcdChangeStep,
@@ -169,14 +219,16 @@ impl EtcdCluster {
     /// How the cluster stands when the members for which `up` says false are down (the ring
     /// counts a member down when its ring member is judged lost or no longer registered:
     /// [`RingState::etcd_health`](crate::RingState::etcd_health)).
+    ///
+    /// Only voting members count: a learner (being added) neither makes nor breaks a quorum.
     pub fn health(&self, up: impl Fn(&str) -> bool) -> EtcdHealth {
-        let down: Vec<String> = self
-            .members
-            .iter()
+        let voters = self.members.iter().filter(|m| !m.learner);
+        let down: Vec<String> = voters
+            .clone()
             .filter(|m| !up(&m.member))
             .map(|m| m.member.clone())
             .collect();
-        let total = self.members.len();
+        let total = voters.count();
         let up = total - down.len();
         if down.is_empty() {
             EtcdHealth::Whole { total }
@@ -272,7 +324,14 @@ mod tests {
         // Every etcd member runs its replica; the grants (the gate) only on the host.
         assert_eq!(
             ring.state.replica_grants("a"),
-            [("x".to_string(), 1)].into()
+            [(
+                "x".to_string(),
+                ReplicaKey {
+                    joined: 1,
+                    incarnation: 0
+                }
+            )]
+            .into()
         );
         assert!(ring.state.replica_grants("c").is_empty());
         assert_eq!(ring.state.grants("d"), [("x".to_string(), 1)].into());
@@ -387,7 +446,7 @@ mod tests {
         let err = ring
             .apply(Command::ReplaceEtcdMember {
                 name: "x".into(),
-                remove: "b".into(),
+                remove: Some("b".into()),
                 add: "c".into(),
                 generation: 2,
             })
@@ -421,7 +480,14 @@ mod tests {
             if then == Some(EtcdChangeStep::CatchingUp) {
                 assert_eq!(
                     ring.state.replica_grants("d"),
-                    [("x".to_string(), 2)].into()
+                    [(
+                        "x".to_string(),
+                        ReplicaKey {
+                            joined: 2,
+                            incarnation: 0
+                        }
+                    )]
+                    .into()
                 );
                 // A learner does not host.
                 let err = ring
@@ -461,7 +527,7 @@ mod tests {
         let err = ring
             .apply(Command::ReplaceEtcdMember {
                 name: "x".into(),
-                remove: "a".into(),
+                remove: Some("a".into()),
                 add: "c".into(),
                 generation: 1,
             })
@@ -469,6 +535,80 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "c cannot replace an etcd member of x: its zone zc has d's etcd member already"
+        );
+    }
+
+    #[test]
+    fn an_operator_recovers_a_cluster_without_quorum_from_its_host_and_it_grows_back() {
+        use crate::controller::Observations;
+        let mut ring = Ring::new();
+        ring.add_zone_tolerant("x", Some("a")).unwrap();
+        let mut obs = Observations::default();
+        obs.serving.insert(("x".into(), 1, "a".into()));
+        ring.run(&mut obs);
+        let recover = |from: &str, generation| Command::RecoverEtcdCluster {
+            name: "x".into(),
+            from: from.into(),
+            generation,
+        };
+        // With a quorum there is nothing to recover.
+        ring.lose(2);
+        let err = ring.apply(recover("a", 1)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cannot recover the etcd cluster of x: its etcd cluster is degraded (2 of 3; down: b): it has a quorum, nothing to recover"
+        );
+        // The ring never forces anything by itself.
+        ring.lose(3);
+        obs.now_ms = 10_000_000;
+        obs.unix_ms = 10_000_000;
+        let decided = ring.run(&mut obs);
+        assert!(decided.is_empty(), "{decided:?}");
+        assert_eq!(
+            ring.state.etcd_health(ring.cp("x")).unwrap().word(),
+            "no-quorum"
+        );
+        let err = ring.apply(recover("b", 1)).unwrap_err();
+        assert!(matches!(err, CommandError::RecoveryRefused { .. }), "{err}");
+        ring.apply(recover("a", 1)).unwrap();
+        let cluster = ring.cp("x").etcd.clone().unwrap();
+        assert_eq!(names(&cluster), vec!["a"]);
+        let a = cluster.member("a").unwrap();
+        assert!(
+            a.force_new_cluster && a.incarnation == 2 && a.joined == 1,
+            "{a:?}"
+        );
+        // Same data directory (joined 1), a new run of it.
+        assert_eq!(
+            ring.state.replica_grants("a"),
+            [(
+                "x".to_string(),
+                ReplicaKey {
+                    joined: 1,
+                    incarnation: 2
+                }
+            )]
+            .into()
+        );
+        // Nothing grows before the host reports the forced cluster running.
+        assert_eq!(
+            cluster.change.as_ref().map(|c| c.step),
+            Some(EtcdChangeStep::Forcing)
+        );
+        assert!(ring.run(&mut obs).is_empty());
+        obs.etcd_changes
+            .insert(("x".into(), 2, "a".into(), EtcdChangeStep::Forcing));
+        assert_eq!(ring.run(&mut obs).len(), 1);
+        let cluster = ring.cp("x").etcd.clone().unwrap();
+        assert!(!cluster.member("a").unwrap().force_new_cluster && cluster.change.is_none());
+        // It grows back on the spare, d (zc, healthy).
+        let d = ring.run(&mut obs);
+        assert_eq!(d.len(), 1, "{d:?}");
+        let cluster = ring.cp("x").etcd.clone().unwrap();
+        assert_eq!(names(&cluster), vec!["a", "d"]);
+        assert_eq!(
+            cluster.change.as_ref().map(|c| c.step),
+            Some(EtcdChangeStep::Adding)
         );
     }
 
@@ -521,12 +661,16 @@ mod tests {
                     peer: "10.0.0.1:2380".into(),
                     joined: 1,
                     learner: false,
+                    force_new_cluster: false,
+                    incarnation: 0,
                 },
                 EtcdMember {
                     member: "b".into(),
                     peer: "10.0.0.2:2380".into(),
                     joined: 1,
                     learner: false,
+                    force_new_cluster: false,
+                    incarnation: 0,
                 },
             ],
             change: None,

@@ -17,7 +17,7 @@ use super::command::{Command, ControlPlaneSpec, Proposal};
 use super::control_plane::{ControlPlane, MoveKind, Phase};
 use super::error::{CommandError, ReportKind, Unfitness};
 use super::etcd_cluster::{
-    EtcdChange, EtcdChangeStep, EtcdCluster, EtcdHealth, EtcdMember, Tolerance,
+    EtcdChange, EtcdChangeStep, EtcdCluster, EtcdHealth, EtcdMember, ReplicaKey, Tolerance,
     ZONE_TOLERANT_MEMBERS,
 };
 use super::history::{Event, History};
@@ -113,6 +113,9 @@ pub struct Index {
     by_dns_name: BTreeMap<String, String>,
     /// Member name -> the zone-tolerant control planes it runs an etcd member of.
     replicas: BTreeMap<String, BTreeSet<String>>,
+    /// The zone-tolerant control planes whose etcd cluster has fewer than three members (after
+    /// an operator's recovery): the controller grows them back.
+    small_clusters: BTreeSet<String>,
 }
 
 impl Index {
@@ -149,6 +152,13 @@ impl Index {
                 .or_default()
                 .insert(cp.name.clone());
         }
+        if cp
+            .etcd
+            .as_ref()
+            .is_some_and(|c| c.members.len() < ZONE_TOLERANT_MEMBERS)
+        {
+            self.small_clusters.insert(cp.name.clone());
+        }
     }
 
     fn remove(&mut self, cp: &ControlPlane) {
@@ -173,6 +183,7 @@ impl Index {
         for member in cp.etcd.iter().flat_map(|c| c.names()) {
             take(&mut self.replicas, member, &cp.name);
         }
+        self.small_clusters.remove(&cp.name);
     }
 }
 
@@ -205,20 +216,20 @@ impl RingState {
             .collect()
     }
 
-    /// The etcd members the member named `name` runs: zone-tolerant control plane -> the
-    /// cluster generation its member joined at ([`EtcdMember::joined`]). Unlike [`grants`]
+    /// The etcd members the member named `name` runs: zone-tolerant control plane -> which
+    /// run of its etcd member ([`EtcdMember::key`]). Unlike [`grants`]
     /// this does not depend on the phase or the host: an etcd member runs for as long as it
     /// belongs to the cluster (etcd itself keeps its members consistent; only the host's gate,
     /// which clients reach, is fenced by epochs). The lease covers these too, so a member cut
     /// off from the ring stops them at its deadline like everything else it runs.
     ///
     /// [`grants`]: RingState::grants
-    pub fn replica_grants(&self, name: &str) -> BTreeMap<String, u64> {
+    pub fn replica_grants(&self, name: &str) -> BTreeMap<String, ReplicaKey> {
         self.lookup(self.index.replicas.get(name))
             .filter_map(|cp| {
                 let cluster = cp.etcd.as_ref()?;
                 let member = cluster.member(name).filter(|_| cluster.may_run(name))?;
-                Some((cp.name.clone(), member.joined))
+                Some((cp.name.clone(), member.key()))
             })
             .collect()
     }
@@ -232,6 +243,11 @@ impl RingState {
             self.member_by_name(name)
                 .is_some_and(|m| m.health != Health::Lost)
         }))
+    }
+
+    /// The zone-tolerant control planes whose etcd cluster has fewer than three members.
+    pub fn small_clusters(&self) -> impl Iterator<Item = &ControlPlane> + '_ {
+        self.lookup(Some(&self.index.small_clusters))
     }
 
     /// The zone-tolerant control planes the member named `name` runs an etcd member of.
@@ -423,7 +439,12 @@ impl RingState {
                 remove,
                 add,
                 generation,
-            } => self.replace_etcd_member(name, remove, add, *generation)?,
+            } => self.replace_etcd_member(name, remove.as_deref(), add, *generation)?,
+            Command::RecoverEtcdCluster {
+                name,
+                from,
+                generation,
+            } => self.recover_etcd_cluster(name, from, *generation)?,
             Command::ReportEtcdChange {
                 name,
                 generation,
@@ -1196,6 +1217,8 @@ impl RingState {
                         member,
                         joined: 1,
                         learner: false,
+                        force_new_cluster: false,
+                        incarnation: 0,
                     })
                     .collect(),
                 change: None,
@@ -1273,7 +1296,7 @@ impl RingState {
     fn replace_etcd_member(
         &mut self,
         name: &str,
-        remove: &str,
+        remove: Option<&str>,
         add: &str,
         generation: u64,
     ) -> Result<String, CommandError> {
@@ -1304,17 +1327,34 @@ impl RingState {
             member: member.to_string(),
             why: why.to_string(),
         };
-        if !cluster.contains(remove) {
-            return Err(unfit(
-                add,
-                &format!("{remove} runs none of its etcd members"),
-            ));
-        }
-        if cp.host.as_deref() == Some(remove) {
-            return Err(unfit(
-                add,
-                &format!("{remove} hosts it; the host moves before its etcd member is replaced"),
-            ));
+        match remove {
+            Some(remove) => {
+                if !cluster.contains(remove) {
+                    return Err(unfit(
+                        add,
+                        &format!("{remove} runs none of its etcd members"),
+                    ));
+                }
+                if cp.host.as_deref() == Some(remove) {
+                    return Err(unfit(
+                        add,
+                        &format!(
+                            "{remove} hosts it; the host moves before its etcd member is replaced"
+                        ),
+                    ));
+                }
+            }
+            None => {
+                if cluster.members.len() >= ZONE_TOLERANT_MEMBERS {
+                    return Err(unfit(
+                        add,
+                        &format!(
+                            "the cluster has {} members already; one is added only to a smaller one",
+                            cluster.members.len()
+                        ),
+                    ));
+                }
+            }
         }
         if cluster.contains(add) {
             return Err(unfit(add, "it runs one of its etcd members already"));
@@ -1334,7 +1374,7 @@ impl RingState {
             cluster
                 .members
                 .iter()
-                .filter(|m| m.member != remove)
+                .filter(|m| Some(m.member.as_str()) != remove)
                 .find(|m| {
                     self.member_by_name(&m.member)
                         .is_some_and(|r| r.zone == spare.zone)
@@ -1350,29 +1390,129 @@ impl RingState {
             return Err(unfit(add, &why));
         }
         let peer = cp.etcd_peers.get(add).cloned().unwrap_or_default();
-        let removed_peer = cluster
-            .member(remove)
+        let removed_peer = remove
+            .and_then(|r| cluster.member(r))
             .map(|m| m.peer.clone())
             .unwrap_or_default();
         let cp = self.control_plane_mut(name)?;
         let cluster = cp.etcd.as_mut().expect("checked above");
         cluster.generation += 1;
-        cluster.members.retain(|m| m.member != remove);
+        if let Some(remove) = remove {
+            cluster.members.retain(|m| m.member != remove);
+        }
+        // A member forced into a new cluster of its own must not force again once others join.
+        for m in &mut cluster.members {
+            m.force_new_cluster = false;
+        }
         cluster.members.push(EtcdMember {
             member: add.to_string(),
             peer: peer.clone(),
             joined: cluster.generation,
             learner: true,
+            force_new_cluster: false,
+            incarnation: 0,
         });
         cluster.change = Some(EtcdChange {
-            removed: remove.to_string(),
+            removed: remove.unwrap_or_default().to_string(),
             removed_peer,
             added: add.to_string(),
-            step: EtcdChangeStep::Removing,
+            // Nothing to remove: straight to adding.
+            step: if remove.is_some() {
+                EtcdChangeStep::Removing
+            } else {
+                EtcdChangeStep::Adding
+            },
         });
+        Ok(match remove {
+            Some(remove) => format!(
+                "etcd member on {remove} to be replaced by one on {add} (peer {peer}) at generation {}",
+                cluster.generation
+            ),
+            None => format!(
+                "etcd member to be added on {add} (peer {peer}) at generation {}",
+                cluster.generation
+            ),
+        })
+    }
+
+    /// See [`Command::RecoverEtcdCluster`]. Refused unless the ring judges the cluster without
+    /// a quorum, `from` runs a voting member of it, is not lost, and hosts the control plane.
+    fn recover_etcd_cluster(
+        &mut self,
+        name: &str,
+        from: &str,
+        generation: u64,
+    ) -> Result<String, CommandError> {
+        let cp = self
+            .control_planes
+            .get(name)
+            .ok_or_else(|| CommandError::UnknownControlPlane(name.to_string()))?;
+        let cluster = cp
+            .etcd
+            .as_ref()
+            .ok_or_else(|| CommandError::NotZoneTolerant {
+                control_plane: name.to_string(),
+            })?;
+        if cluster.generation != generation {
+            return Err(CommandError::StaleEtcdGeneration {
+                control_plane: name.to_string(),
+                generation: cluster.generation,
+            });
+        }
+        let refuse = |why: String| CommandError::RecoveryRefused {
+            control_plane: name.to_string(),
+            why,
+        };
+        let health = self.etcd_health(cp).expect("a zone-tolerant control plane");
+        if !matches!(health, EtcdHealth::NoQuorum { .. }) {
+            return Err(refuse(format!(
+                "its etcd cluster is {health}: it has a quorum, nothing to recover"
+            )));
+        }
+        if !cluster.is_voter(from) {
+            return Err(refuse(format!(
+                "{from} runs no voting member of its etcd cluster ({})",
+                cluster.names().collect::<Vec<_>>().join(", ")
+            )));
+        }
+        if self
+            .member_by_name(from)
+            .is_none_or(|m| m.health == Health::Lost)
+        {
+            return Err(refuse(format!("{from} is lost or not registered")));
+        }
+        if cp.host.as_deref() != Some(from) {
+            return Err(refuse(format!(
+                "it is hosted on {}, not {from}; recover from its host (a lost host's control \
+                 plane moves to a surviving etcd member by itself)",
+                cp.host.as_deref().unwrap_or("no member")
+            )));
+        }
+        let dropped: Vec<String> = cluster
+            .names()
+            .filter(|m| *m != from)
+            .map(str::to_string)
+            .collect();
+        let cp = self.control_plane_mut(name)?;
+        let cluster = cp.etcd.as_mut().expect("checked above");
+        cluster.generation += 1;
+        cluster.change = Some(EtcdChange {
+            removed: String::new(),
+            removed_peer: String::new(),
+            added: from.to_string(),
+            step: EtcdChangeStep::Forcing,
+        });
+        let generation = cluster.generation;
+        cluster.members.retain(|m| m.member == from);
+        for m in &mut cluster.members {
+            m.force_new_cluster = true;
+            m.incarnation = generation;
+        }
         Ok(format!(
-            "etcd member on {remove} to be replaced by one on {add} (peer {peer}) at generation {}",
-            cluster.generation
+            "etcd cluster forced anew from {from}'s data at generation {generation}; {} dropped \
+             (writes acknowledged by the cluster that {from} had not received are lost); it grows \
+             back on spares",
+            dropped.join(", ")
         ))
     }
 
@@ -1425,6 +1565,15 @@ impl RingState {
                 }
                 format!("etcd member on {added} promoted: the cluster is whole again")
             }
+            EtcdChangeStep::Forcing => {
+                cluster.change = None;
+                for m in &mut cluster.members {
+                    m.force_new_cluster = false;
+                }
+                format!(
+                    "etcd cluster runs again as {added} alone, from its data; it grows back next"
+                )
+            }
         })
     }
 
@@ -1456,7 +1605,8 @@ impl RingState {
             | Command::ReportMigration { name, .. }
             | Command::ReportBackup { name, .. }
             | Command::ReplaceEtcdMember { name, .. }
-            | Command::ReportEtcdChange { name, .. } => {
+            | Command::ReportEtcdChange { name, .. }
+            | Command::RecoverEtcdCluster { name, .. } => {
                 if let Some(cp) = self.control_planes.get(name) {
                     check_control_plane(cp);
                 }
@@ -1539,7 +1689,8 @@ fn touched_control_plane(command: &Command) -> Option<&str> {
         | Command::ReportMigration { name, .. }
         | Command::ReportBackup { name, .. }
         | Command::ReplaceEtcdMember { name, .. }
-        | Command::ReportEtcdChange { name, .. } => Some(name),
+        | Command::ReportEtcdChange { name, .. }
+        | Command::RecoverEtcdCluster { name, .. } => Some(name),
         _ => None,
     }
 }
@@ -1583,9 +1734,17 @@ fn check_control_plane(cp: &ControlPlane) {
                 "{name}'s etcd cluster names a member twice"
             );
             assert!(
-                cluster.members.len() >= ZONE_TOLERANT_MEMBERS,
-                "{name}'s etcd cluster has {} members",
-                cluster.members.len()
+                !cluster.members.is_empty(),
+                "{name}'s etcd cluster has no member"
+            );
+            assert!(
+                cluster
+                    .members
+                    .iter()
+                    .filter(|m| m.force_new_cluster)
+                    .count()
+                    <= usize::from(cluster.members.len() == 1),
+                "{name}'s etcd cluster forces a new cluster with others in it"
             );
             if let Some(host) = &cp.host {
                 assert!(
@@ -1600,6 +1759,13 @@ fn check_control_plane(cp: &ControlPlane) {
                 .map(|m| m.member.as_str())
                 .collect();
             match &cluster.change {
+                Some(change) if change.step == EtcdChangeStep::Forcing => {
+                    assert!(learners.is_empty(), "{name} has learners while forced anew");
+                    assert!(
+                        cluster.contains(&change.added),
+                        "{name} is forced anew from a member it does not list"
+                    );
+                }
                 Some(change) => {
                     assert_eq!(
                         learners,
@@ -1708,7 +1874,8 @@ fn subject(state: &RingState, command: &Command) -> String {
         | Command::ReportMigration { name, .. }
         | Command::ReportBackup { name, .. }
         | Command::ReplaceEtcdMember { name, .. }
-        | Command::ReportEtcdChange { name, .. } => name.clone(),
+        | Command::ReportEtcdChange { name, .. }
+        | Command::RecoverEtcdCluster { name, .. } => name.clone(),
         Command::Cordon { id, .. } | Command::SetLabels { id, .. } => member_name(id),
     }
 }

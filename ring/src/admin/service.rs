@@ -861,6 +861,60 @@ impl Admin for AdminService {
         }))
     }
 
+    async fn control_plane_recover(
+        &self,
+        request: Request<pb::ControlPlaneRecoverRequest>,
+    ) -> Result<Response<pb::ControlPlaneRecoverResponse>, Status> {
+        let caller = caller(&request, Access::Write)?;
+        to_leader!(self, request, caller, "ControlPlaneRecover");
+        let req = request.into_inner();
+        let name = req.name.clone();
+        // Checked on a copy of the state first: a dry run, and the words of what is lost.
+        let checked = self.read(|a| {
+            let cp = a.state.control_planes.get(&name)?;
+            let generation = cp.etcd.as_ref().map(|c| c.generation).unwrap_or_default();
+            let command = Command::RecoverEtcdCluster {
+                name: name.clone(),
+                from: req.from_member.clone(),
+                generation,
+            };
+            let mut scratch = a.state.clone();
+            let index = a.applied_index() + 1;
+            let proposal = crate::core::Proposal {
+                command: command.clone(),
+                at_ms: crate::time::unix_ms(),
+                actor: caller.actor.clone(),
+                reason: req.reason.clone(),
+            };
+            Some(
+                scratch
+                    .apply(index, &proposal)
+                    .map(|()| (command, scratch.history.newest(1)[0].detail.clone())),
+            )
+        });
+        let (command, detail) = match checked {
+            None => {
+                return Err(Status::not_found(format!("unknown control plane {name:?}")));
+            }
+            Some(Err(e)) => return Err(command_error(&e)),
+            Some(Ok(checked)) => checked,
+        };
+        if req.dry_run {
+            return Ok(Response::new(pb::ControlPlaneRecoverResponse {
+                plan: format!("dry run, nothing changed: would have {detail}"),
+                index: 0,
+                control_plane: self.find_control_plane(&name),
+            }));
+        }
+        let index = self.propose(caller.actor, req.reason, command).await?;
+        self.wait_applied(index).await;
+        Ok(Response::new(pb::ControlPlaneRecoverResponse {
+            plan: detail,
+            index,
+            control_plane: self.find_control_plane(&name),
+        }))
+    }
+
     async fn history(
         &self,
         request: Request<pb::HistoryRequest>,
@@ -1208,6 +1262,9 @@ impl ForwardHandler for AdminService {
                 "ControlPlaneAdd" => run!(control_plane_add, pb::ControlPlaneAddRequest),
                 "ControlPlaneRemove" => run!(control_plane_remove, pb::ControlPlaneRemoveRequest),
                 "ControlPlaneLabel" => run!(control_plane_label, pb::ControlPlaneLabelRequest),
+                "ControlPlaneRecover" => {
+                    run!(control_plane_recover, pb::ControlPlaneRecoverRequest)
+                }
                 "LeaderTransfer" => run!(leader_transfer, pb::LeaderTransferRequest),
                 "SetPaused" => run!(set_paused, pb::SetPausedRequest),
                 "MemberCordon" => run!(member_cordon, pb::MemberCordonRequest),

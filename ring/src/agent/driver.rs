@@ -30,6 +30,7 @@ use super::etcd_replica::EtcdReplica;
 use super::workload::Guard;
 pub use super::workload::{DriverError, MigrationTarget, PendingChange, ReplicaTarget, Target};
 use crate::config::{Config, DriverKind, DriverSettings};
+use crate::core::etcd_cluster::ReplicaKey;
 use crate::time::monotonic_ms;
 
 /// Most bytes of a hook's output kept for the log.
@@ -45,15 +46,15 @@ struct Instance {
 /// the others (which run no etcd) only a deadline in memory, so that the ring's bookkeeping
 /// is the same whatever the driver.
 enum Replica {
-    Memory { joined: u64, deadline_ms: u64 },
+    Memory { key: ReplicaKey, deadline_ms: u64 },
     Etcd(EtcdReplica),
 }
 
 impl Replica {
-    fn joined(&self) -> u64 {
+    fn key(&self) -> ReplicaKey {
         match self {
-            Replica::Memory { joined, .. } => *joined,
-            Replica::Etcd(r) => r.joined(),
+            Replica::Memory { key, .. } => *key,
+            Replica::Etcd(r) => r.key(),
         }
     }
 }
@@ -219,7 +220,7 @@ impl Workloads {
             }
             let replica = if target.zone_tolerant {
                 match self.replicas.get(&target.name) {
-                    Some(Replica::Etcd(replica)) => Some(replica.handle()),
+                    Some(Replica::Etcd(replica)) if !replica.ended() => Some(replica.handle()),
                     _ => {
                         return Err(DriverError::NoReplica {
                             name: target.name.clone(),
@@ -289,14 +290,14 @@ impl Workloads {
     /// `deadline_ms` (monotonic) unless extended.
     pub fn start_replica(&mut self, target: ReplicaTarget, deadline_ms: u64) {
         if let Some(old) = self.replicas.get(&target.name) {
-            if old.joined() == target.joined {
+            if old.key() == target.key {
                 return;
             }
-            // Another generation: never two etcd members of one control plane here.
+            // Another run: never two etcd members of one control plane here.
             tracing::info!(
-                "etcd member of {} (joined at {}) still stopping; the new one starts next round",
+                "etcd member of {} ({}) still stopping; the new one starts next round",
                 target.name,
-                old.joined()
+                old.key()
             );
             return;
         }
@@ -310,7 +311,7 @@ impl Workloads {
                 ))
             }
             None => Replica::Memory {
-                joined: target.joined,
+                key: target.key,
                 deadline_ms,
             },
         };
@@ -354,32 +355,32 @@ impl Workloads {
             .collect()
     }
 
-    /// Moves the deadline of this member's etcd member of `name` (joined at `joined`).
-    pub fn extend_replica(&mut self, name: &str, joined: u64, deadline_ms: u64) {
+    /// Moves the deadline of this member's etcd member of `name` (run `key`).
+    pub fn extend_replica(&mut self, name: &str, key: ReplicaKey, deadline_ms: u64) {
         match self.replicas.get_mut(name) {
-            Some(Replica::Etcd(r)) if r.joined() == joined => r.extend(deadline_ms),
+            Some(Replica::Etcd(r)) if r.key() == key => r.extend(deadline_ms),
             Some(Replica::Memory {
-                joined: j,
+                key: k,
                 deadline_ms: d,
-            }) if *j == joined => *d = (*d).max(deadline_ms),
+            }) if *k == key => *d = (*d).max(deadline_ms),
             _ => {}
         }
     }
 
-    /// Stops this member's etcd member of `name` (joined at `joined`).
-    pub fn stop_replica(&mut self, name: &str, joined: u64) {
+    /// Stops this member's etcd member of `name` (run `key`).
+    pub fn stop_replica(&mut self, name: &str, key: ReplicaKey) {
         match self.replicas.get(name) {
-            Some(Replica::Etcd(r)) if r.joined() == joined => r.stop(),
-            Some(Replica::Memory { joined: j, .. }) if *j == joined => {
+            Some(Replica::Etcd(r)) if r.key() == key => r.stop(),
+            Some(Replica::Memory { key: k, .. }) if *k == key => {
                 self.replicas.remove(name);
             }
             _ => {}
         }
     }
 
-    /// The etcd members this member runs (control plane -> generation joined); those that
-    /// ended (stopped, or their lease ran out) are dropped.
-    pub fn running_replicas(&mut self) -> BTreeMap<String, u64> {
+    /// The etcd members this member runs (control plane -> run); those that ended (stopped,
+    /// or their lease ran out) are dropped.
+    pub fn running_replicas(&mut self) -> BTreeMap<String, ReplicaKey> {
         let now = monotonic_ms();
         self.replicas.retain(|name, replica| {
             let ended = match replica {
@@ -393,7 +394,7 @@ impl Workloads {
         });
         self.replicas
             .iter()
-            .map(|(name, r)| (name.clone(), r.joined()))
+            .map(|(name, r)| (name.clone(), r.key()))
             .collect()
     }
 

@@ -54,6 +54,9 @@ use crate::core::etcd_cluster::EtcdChangeStep;
 use crate::core::migration::{MigrationReport, MigrationStep, note_text};
 use crate::time::{monotonic_ms, unix_ms};
 
+/// The migration's note of a zone-tolerant control plane's move.
+const ZONE_TOLERANT_NOTE: &str =
+    "zone-tolerant: the etcd cluster holds the data; no copy, no restore";
 /// Longest wait between two attempts to prepare a control plane's data, in ms.
 const MAX_PREPARE_BACKOFF_MS: u64 = 5_000;
 /// First wait after a failed attempt to prepare, in ms.
@@ -358,7 +361,7 @@ async fn run(
         // The etcd cluster holds the data: nothing to copy or restore, nothing lost.
         shared.report(MigrationStep::Starting, |r| {
             r.data_loss_window_ms = Some(0);
-            r.note = "zone-tolerant: the etcd cluster holds the data; no copy, no restore".into();
+            r.note = ZONE_TOLERANT_NOTE.into();
         });
     } else if !dir.join("etcd").is_dir() {
         let prepared = tokio::select! {
@@ -862,6 +865,11 @@ async fn front(
         if monotonic_ms() >= *deadline.borrow() {
             return Ok(Ending::LeaseRunningOut);
         }
+        if replica.client_url.has_changed().is_err() {
+            // The etcd member this front end was given ended (its lease ran out as this one
+            // started): end too, and the agent starts one for the member that runs now.
+            return Ok(Ending::Exited("this member's etcd member ended".into()));
+        }
         let url = replica.client_url.borrow_and_update().clone();
         if let Some(url) = url
             && let Ok(client) = EtcdClient::connect(&url, client_options).await
@@ -880,7 +888,9 @@ async fn front(
             tracing::warn!(
                 "waiting for this member's etcd member to answer a linearizable read (its cluster needs a quorum)"
             );
-            shared.note("waiting for the etcd cluster to answer a linearizable read".into());
+            shared.note(format!(
+                "{ZONE_TOLERANT_NOTE}; waiting for the etcd cluster to answer a linearizable read"
+            ));
             waiting_logged = true;
         }
         tokio::select! {
@@ -892,6 +902,9 @@ async fn front(
         "the etcd cluster answered a linearizable read through {relay_to} after {} ms",
         monotonic_ms() - started
     );
+    if waiting_logged {
+        shared.note(ZONE_TOLERANT_NOTE.into());
+    }
     behind_gate(
         runtime,
         target,

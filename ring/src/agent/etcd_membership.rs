@@ -7,7 +7,8 @@
 //! - `adding`: the spare's peer URL is added as a learner unless etcd lists it already; its
 //!   etcd member is started only after this step was committed;
 //! - `catching-up`: the learner is promoted; etcd refuses until it caught up with the leader,
-//!   and the step is tried again at the next tick.
+//!   and the step is tried again at the next tick;
+//! - `forcing` (an operator's recovery): done once etcd lists the host's member alone.
 
 use super::workload::PendingChange;
 use crate::backup::etcd::{EtcdClient, EtcdError, EtcdMember};
@@ -55,6 +56,16 @@ pub(super) async fn carry_out(
                 );
             }
             Ok(true)
+        }
+        EtcdChangeStep::Forcing => {
+            // Done once etcd lists this member alone (it answered a linearizable read already:
+            // the front end got this far).
+            let alone = members.len() == 1
+                && (members[0].name == change.added || members[0].peer_urls.contains(&added_url));
+            if alone {
+                tracing::info!("the etcd cluster runs again as {} alone", change.added);
+            }
+            Ok(alone)
         }
         EtcdChangeStep::CatchingUp => match find_url(&added_url) {
             None => {

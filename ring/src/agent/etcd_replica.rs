@@ -31,6 +31,7 @@ use super::etcd_runtime::EtcdRuntime;
 use super::lease::lease_runs_out;
 use super::workload::{Guard, ReplicaTarget};
 use crate::backup::etcd::{EtcdClient, EtcdClientOptions};
+use crate::core::etcd_cluster::ReplicaKey;
 use crate::time::monotonic_ms;
 
 /// First wait before etcd is started again after it exited, in ms.
@@ -64,7 +65,7 @@ impl EtcdReplica {
         let span = tracing::info_span!(
             "replica",
             control_plane = %target.name,
-            joined = target.joined
+            joined = target.key.joined
         );
         let task = tokio::spawn(
             run(runtime, target.clone(), deadline_rx, stop_rx, client_tx).instrument(span),
@@ -78,9 +79,9 @@ impl EtcdReplica {
         }
     }
 
-    /// The generation its member joined at.
-    pub fn joined(&self) -> u64 {
-        self.target.joined
+    /// Which run it is.
+    pub fn key(&self) -> ReplicaKey {
+        self.target.key
     }
 
     /// What the host's front end needs.
@@ -184,7 +185,7 @@ async fn run_once(
         &env,
         deadline_ms,
         &target.name,
-        target.joined,
+        target.key.joined,
     )
     .await
     {
@@ -202,10 +203,21 @@ async fn run_once(
         ..EtcdClientOptions::default()
     };
     let mut deadline_for_guard = deadline.clone();
-    let mut poll = tokio::time::interval(Duration::from_millis(100));
-    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Until etcd answers once: then the front end may connect. A future of its own, so that
+    // a slow answer never holds up the guard's deadline (the loop below forwards it).
+    let probe = async {
+        loop {
+            if let Ok(c) = EtcdClient::connect(&client, options).await
+                && c.status().await.is_ok()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::pin!(probe);
+    let mut answered = false;
     let ended = loop {
-        let answered = client_url.borrow().is_some();
         tokio::select! {
             _ = stopped(stop) => break Ended::ForGood,
             _ = lease_runs_out(deadline, 0) => break Ended::ForGood,
@@ -219,13 +231,9 @@ async fn run_once(
                     guard.set_deadline(d).await;
                 }
             }
-            // Until etcd answers once: then the front end may connect.
-            _ = poll.tick(), if !answered => {
-                if let Ok(c) = EtcdClient::connect(&client, options).await
-                    && c.status().await.is_ok()
-                {
-                    client_url.send_replace(Some(client.clone()));
-                }
+            () = &mut probe, if !answered => {
+                answered = true;
+                client_url.send_replace(Some(client.clone()));
             }
         }
     };
@@ -279,7 +287,12 @@ async fn etcd_argv(
         target.cluster.initial_cluster(scheme),
         "--initial-cluster-state".into(),
         // Generation 1 formed the cluster; a member added later joins it (after `MemberAdd`).
-        if target.joined > 1 { "existing" } else { "new" }.into(),
+        if target.key.joined > 1 {
+            "existing"
+        } else {
+            "new"
+        }
+        .into(),
         "--initial-cluster-token".into(),
         target.cluster.token.clone(),
         "--logger".into(),
@@ -287,6 +300,13 @@ async fn etcd_argv(
         "--log-level".into(),
         "error".into(),
     ];
+    if target.force_new_cluster {
+        // An operator's recovery: this member's data, this member alone.
+        tracing::warn!(
+            "starting with --force-new-cluster: the cluster restarts from this member's data alone"
+        );
+        argv.push("--force-new-cluster".into());
+    }
     if let Some(tls) = &runtime.peer_tls {
         argv.extend([
             "--peer-cert-file".into(),
@@ -309,7 +329,7 @@ fn replica_dir(runtime: &EtcdRuntime, target: &ReplicaTarget) -> PathBuf {
     runtime
         .data_root
         .join(&target.name)
-        .join(format!("member-{}", target.joined))
+        .join(format!("member-{}", target.key.joined))
 }
 
 /// Resolves once `stop` is set.

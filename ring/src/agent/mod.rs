@@ -207,20 +207,20 @@ impl Agent {
 
     fn act_on_replica(&mut self, action: ReplicaAction) {
         match action {
-            ReplicaAction::Stop { name, joined } => self.workloads.stop_replica(&name, joined),
+            ReplicaAction::Stop { name, key } => self.workloads.stop_replica(&name, key),
             ReplicaAction::Extend {
                 name,
-                joined,
+                key,
                 deadline_ms,
-            } => self.workloads.extend_replica(&name, joined, deadline_ms),
+            } => self.workloads.extend_replica(&name, key, deadline_ms),
             ReplicaAction::Start {
                 name,
-                joined,
+                key,
                 deadline_ms,
             } => {
                 let target = self
                     .state
-                    .read(|a| ReplicaTarget::from_state(&a.state, &self.name, &name, joined));
+                    .read(|a| ReplicaTarget::from_state(&a.state, &self.name, &name, key));
                 match target {
                     Some(target) => self.workloads.start_replica(target, deadline_ms),
                     None => tracing::debug!(

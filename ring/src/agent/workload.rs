@@ -10,7 +10,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use tracing::Instrument as _;
 
 use crate::core::RingState;
-use crate::core::etcd_cluster::{EtcdChangeStep, EtcdCluster};
+use crate::core::etcd_cluster::{EtcdChangeStep, EtcdCluster, ReplicaKey};
 
 /// Why a driver action failed.
 #[derive(Debug, thiserror::Error)]
@@ -154,8 +154,11 @@ impl PendingChange {
 pub struct ReplicaTarget {
     /// The control plane.
     pub name: String,
-    /// The cluster generation this member's etcd member joined at.
-    pub joined: u64,
+    /// Which run of this member's etcd member (the generation it joined at names its data
+    /// directory).
+    pub key: ReplicaKey,
+    /// Start with `--force-new-cluster` (an operator's recovery from this member's data).
+    pub force_new_cluster: bool,
     /// The etcd cluster (its members and their peer addresses, its token).
     pub cluster: EtcdCluster,
     /// This member's name: its etcd member's name.
@@ -165,15 +168,21 @@ pub struct ReplicaTarget {
 }
 
 impl ReplicaTarget {
-    /// What `member` needs to run its etcd member of `name`, joined at `joined`, from its
+    /// What `member` needs to run its etcd member of `name` as granted (`key`), from its
     /// applied `state`; `None` until that state has caught up with the grant.
-    pub fn from_state(state: &RingState, member: &str, name: &str, joined: u64) -> Option<Self> {
+    pub fn from_state(
+        state: &RingState,
+        member: &str,
+        name: &str,
+        key: ReplicaKey,
+    ) -> Option<Self> {
         let cp = state.control_planes.get(name)?;
         let cluster = cp.etcd.as_ref()?;
-        let own = cluster.member(member).filter(|m| m.joined == joined)?;
+        let own = cluster.member(member).filter(|m| m.key() == key)?;
         Some(Self {
             name: name.to_string(),
-            joined,
+            key,
+            force_new_cluster: own.force_new_cluster,
             peer: own.peer.clone(),
             member: member.to_string(),
             cluster: cluster.clone(),

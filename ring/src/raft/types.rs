@@ -139,8 +139,8 @@ pub struct RenewReply {
     /// own state is as fresh as the grant once it has applied this far.
     #[serde(default)]
     pub applied_index: u64,
-    /// The etcd members of zone-tolerant control planes the member runs: control plane -> the
-    /// cluster generation its etcd member joined at. Covered by the same lease.
+    /// The etcd members of zone-tolerant control planes the member runs: control plane ->
+    /// which run of its etcd member. Covered by the same lease.
     #[serde(default)]
-    pub replicas: std::collections::BTreeMap<String, u64>,
+    pub replicas: std::collections::BTreeMap<String, crate::core::etcd_cluster::ReplicaKey>,
 }

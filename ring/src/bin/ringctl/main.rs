@@ -349,6 +349,25 @@ enum CpCmd {
         #[arg(long, default_value = "")]
         reason: String,
     },
+    /// Recover a zone-tolerant control plane whose etcd cluster lost its quorum (`cp get`
+    /// shows `etcd: no-quorum`). The ring never does this by itself: the cluster restarts from
+    /// one surviving member's data alone (etcd --force-new-cluster), so writes the cluster
+    /// acknowledged that this member had not received are lost; it then grows back to three
+    /// members on spares. Only from the control plane's host (a lost host's control plane
+    /// moves to a surviving etcd member by itself). Try --dry-run first.
+    Recover {
+        /// Control plane name.
+        name: String,
+        /// The surviving member whose etcd data the cluster restarts from.
+        #[arg(long = "from-member", value_name = "MEMBER")]
+        from_member: String,
+        /// Only check, and say what would happen and what would be lost.
+        #[arg(long)]
+        dry_run: bool,
+        /// Why (recorded in history).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -869,6 +888,30 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             )?;
             print(out, &r, |r| {
                 format!("control plane {name} removed (index {})", r.index)
+            });
+        }
+        Cmd::ControlPlane(CpCmd::Recover {
+            name,
+            from_member,
+            dry_run,
+            reason,
+        }) => {
+            let r = rpc!(
+                client,
+                control_plane_recover,
+                pb::ControlPlaneRecoverRequest {
+                    name,
+                    from_member,
+                    dry_run,
+                    reason
+                }
+            )?;
+            print(out, &r, |r| {
+                if r.index == 0 {
+                    r.plan.clone()
+                } else {
+                    format!("{} (index {})", r.plan, r.index)
+                }
             });
         }
         Cmd::Dns(DnsCmd::List) => {
