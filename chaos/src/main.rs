@@ -66,6 +66,11 @@ struct RunArgs {
     /// acknowledged write). Runs are reported as `<scenario> (tolerance zone)`.
     #[arg(long, default_value = "none", value_parser = ["none", "zone"])]
     tolerance: String,
+    /// Zones, one member each: 3 to 5 (with --tolerance zone the spare zones take the lost
+    /// zone's etcd members after 3 s: the run then also waits for every etcd cluster to be
+    /// whole again and reports the time).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(3..=5))]
+    zones: u16,
 }
 
 #[derive(Debug, Subcommand)]
@@ -137,6 +142,7 @@ fn run(args: RunArgs) -> anyhow::Result<bool> {
         rto_budget_ms,
         control_planes,
         tolerance,
+        zones,
     } = args;
     let chosen: Vec<Scenario> = if all {
         SCENARIOS.to_vec()
@@ -199,7 +205,10 @@ fn run(args: RunArgs) -> anyhow::Result<bool> {
             let options = RunOptions {
                 binaries: binaries.clone(),
                 dir: out.join("runs").join(format!("{}-{number}", scenario.name)),
-                zones: ["zone-a", "zone-b", "zone-c"].map(String::from).to_vec(),
+                zones: ["zone-a", "zone-b", "zone-c", "zone-d", "zone-e"][..usize::from(zones)]
+                    .iter()
+                    .map(|z| z.to_string())
+                    .collect(),
                 control_planes,
                 rto_budget_ms,
                 zone_tolerant: tolerance == "zone",
@@ -232,7 +241,7 @@ fn run(args: RunArgs) -> anyhow::Result<bool> {
                 break 'scenarios;
             };
             println!(
-                "{} #{number}: {} (rto {} ms, detect {} ms, lost {}, split brain {}, window {} ms)",
+                "{} #{number}: {} (rto {} ms, detect {} ms, lost {}, split brain {}, window {} ms{})",
                 run.scenario,
                 if run.passed() { "passed" } else { "FAILED" },
                 show(run.measures.rto_ms),
@@ -240,6 +249,10 @@ fn run(args: RunArgs) -> anyhow::Result<bool> {
                 run.measures.lost_writes,
                 run.measures.split_brain_writes,
                 show(run.measures.data_loss_window_ms),
+                run.measures
+                    .etcd_repair_ms
+                    .map(|ms| format!(", etcd clusters whole again after {ms} ms"))
+                    .unwrap_or_default(),
             );
             for f in &run.failures {
                 println!("    {f}");

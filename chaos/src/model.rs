@@ -64,6 +64,10 @@ pub struct Measures {
     pub data_loss_window_ms: Option<u64>,
     /// Writes acknowledged by an old host after the new one took over, over all control planes.
     pub split_brain_writes: u64,
+    /// Zone-tolerant control planes in a ring with spare zones: fault to every etcd cluster
+    /// whole again without the lost member (replaced on a spare), ms.
+    #[serde(default)]
+    pub etcd_repair_ms: Option<u64>,
 }
 
 /// One run of one scenario.

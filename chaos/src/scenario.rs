@@ -584,6 +584,48 @@ async fn drive(
         ));
     }
 
+    // With spare zones, the lost zone's etcd members are replaced: every cluster whole again,
+    // without the victim, within a minute.
+    let mut etcd_repair_ms = None;
+    if options.zone_tolerant
+        && world.members.len() > 3
+        && matches!(
+            scenario.fault,
+            Fault::ZoneKill | Fault::LeaderZoneKill | Fault::ZonePartition | Fault::ZoneIsolation
+        )
+    {
+        let repaired = world::wait_for(
+            Duration::from_secs(60),
+            "every etcd cluster is whole again without the lost zone",
+            || async {
+                let s = world.status().await?;
+                s.control_planes
+                    .iter()
+                    .all(|c| {
+                        c.etcd.as_ref().is_some_and(|e| {
+                            e.health == "whole"
+                                && e.change.is_empty()
+                                && e.members.iter().all(|m| m.member != victim)
+                        })
+                    })
+                    .then_some(())
+            },
+        )
+        .await;
+        match repaired {
+            Ok(()) => {
+                let ms = timeline.now_ms() - fault_ms;
+                timeline.add(
+                    "etcd",
+                    "",
+                    format!("every etcd cluster whole again without {victim}"),
+                );
+                etcd_repair_ms = Some(ms);
+            }
+            Err(e) => failures.push(format!("{e:#}")),
+        }
+    }
+
     if matches!(scenario.fault, Fault::RollingRestart | Fault::FlappingLink) {
         let epochs: BTreeMap<&str, u64> = before
             .control_planes
@@ -612,6 +654,7 @@ async fn drive(
     let mut measures = Measures {
         detect_ms,
         elect_ms,
+        etcd_repair_ms,
         ..Measures::default()
     };
     for (cp, record) in records {

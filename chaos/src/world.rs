@@ -34,6 +34,9 @@ pub const CP_PORT: u16 = 2379;
 /// First port of the control planes' etcd peers (tolerance zone): control plane i's etcd
 /// member listens on `ETCD_PEER_PORT + i` at each zone's mesh address.
 pub const ETCD_PEER_PORT: u16 = 12380;
+/// How long a lost member's etcd members wait before they are replaced on a spare zone (only
+/// a ring of more than three zones has spares).
+pub const ETCD_REPLACE_AFTER_MS: u64 = 3_000;
 /// How often each etcd takes a full snapshot: rarely, so that a restore after a zone loss
 /// replays the delta snapshots written since.
 pub const SNAPSHOT_INTERVAL_MS: u64 = 60_000;
@@ -396,7 +399,7 @@ pub async fn build(
             placement: PlacementSettings {
                 min_move_interval_ms: 1_000,
                 capacity: 0,
-                ..PlacementSettings::default()
+                etcd_replace_after_ms: ETCD_REPLACE_AFTER_MS,
             },
             driver: DriverSettings {
                 kind: DriverKind::Etcd,

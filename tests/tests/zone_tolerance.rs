@@ -323,31 +323,40 @@ async fn a_switchover_moves_only_the_host_and_loses_nothing() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_member_lost_long_enough_is_replaced_on_a_spare_in_another_zone() {
+/// A ring of a, b, c and `spares` (d, e: each in a zone of its own, added and promoted), whose
+/// members run etcd and replace a lost etcd member after `replace_after_ms`.
+async fn ring_with_spares(spares: &[&str], replace_after_ms: u64) -> Ring {
     let mut ring = Ring::prepare(RingOptions {
         driver: driver_with_deltas(3_600_000, 300),
         ..RingOptions::default()
     });
-    let d = ring.joiner(4);
+    let joiners: Vec<usize> = (4..).take(spares.len()).map(|id| ring.joiner(id)).collect();
     for p in &mut ring.procs {
         p.config.backup = BackupSettings::default();
-        p.config.placement.etcd_replace_after_ms = 2_000;
+        p.config.placement.etcd_replace_after_ms = replace_after_ms;
     }
     for i in 0..3 {
         ring.procs[i].spawn();
     }
     ring.wait_leader(&[0, 1, 2], &[], Duration::from_secs(20))
         .await;
-    ring.procs[d].spawn();
-    let out = ring.ringctl_member_add(d, &["--reason", "a spare in zone-d"]);
-    assert!(
-        out.status.success(),
-        "member add: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    ring_ringctl(&ring, &["member", "promote", "d"]);
+    for (i, name) in joiners.into_iter().zip(spares) {
+        ring.procs[i].spawn();
+        let out = ring.ringctl_member_add(i, &["--reason", "a spare zone"]);
+        assert!(
+            out.status.success(),
+            "member add: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ring_ringctl(&ring, &["member", "promote", name]);
+    }
     wait_all_healthy(&ring).await;
+    ring
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_lost_long_enough_is_replaced_on_a_spare_in_another_zone() {
+    let ring = ring_with_spares(&["d"], 2_000).await;
 
     // Endpoints and etcd peers on all four; the cluster goes on a, b, c (d is the spare).
     let ports = Ports::reserve(8);
@@ -435,30 +444,8 @@ async fn a_member_lost_long_enough_is_replaced_on_a_spare_in_another_zone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_recovers_a_cluster_without_quorum_from_its_host_and_it_grows_back() {
-    let mut ring = Ring::prepare(RingOptions {
-        driver: driver_with_deltas(3_600_000, 300),
-        ..RingOptions::default()
-    });
-    let spares = [ring.joiner(4), ring.joiner(5)];
-    for p in &mut ring.procs {
-        p.config.backup = BackupSettings::default();
-    }
-    for i in 0..3 {
-        ring.procs[i].spawn();
-    }
-    ring.wait_leader(&[0, 1, 2], &[], Duration::from_secs(20))
-        .await;
-    for (i, name) in spares.iter().zip(["d", "e"]) {
-        ring.procs[*i].spawn();
-        let out = ring.ringctl_member_add(*i, &["--reason", "a fourth and fifth zone"]);
-        assert!(
-            out.status.success(),
-            "member add: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        ring_ringctl(&ring, &["member", "promote", name]);
-    }
-    wait_all_healthy(&ring).await;
+    // Five members: the ring keeps its quorum when two of the cluster's zones die.
+    let ring = ring_with_spares(&["d", "e"], 300_000).await;
 
     let ports = Ports::reserve(10);
     let numbers = ports.numbers();

@@ -143,16 +143,8 @@ pub fn choose_host_planned(
             || request.only.is_some_and(|c| !c.contains(&m.name))
         {
             None
-        } else if request.home == Some(m.name.as_str()) {
-            Some("its home".to_string())
-        } else if m.role == Role::Joining {
-            Some("joining".into())
-        } else if matches!(m.health, Health::Suspect | Health::Lost) {
-            Some(m.health.to_string())
-        } else if m.cordoned {
-            Some("cordoned".into())
-        } else if home_zone == Some(m.zone.as_str()) {
-            Some(format!("in the home zone {}", m.zone))
+        } else if let Some(why) = unfit(m, request.home, home_zone) {
+            Some(why)
         } else if request.avoid_zone == Some(m.zone.as_str()) {
             Some(format!("in the lost zone {}", m.zone))
         } else {
@@ -178,6 +170,25 @@ pub fn choose_host_planned(
             control_plane: request.name.to_string(),
             why_not,
         }),
+    }
+}
+
+/// Why member `m` cannot host (or run an etcd member of) a control plane whose home is `home`
+/// (in `home_zone`), whatever the control plane's other wishes: its home, joining, suspect,
+/// lost, cordoned, or in the home's zone.
+fn unfit(m: &Member, home: Option<&str>, home_zone: Option<&str>) -> Option<String> {
+    if home == Some(m.name.as_str()) {
+        Some("its home".to_string())
+    } else if m.role == Role::Joining {
+        Some("joining".into())
+    } else if matches!(m.health, Health::Suspect | Health::Lost) {
+        Some(m.health.to_string())
+    } else if m.cordoned {
+        Some("cordoned".into())
+    } else if home_zone == Some(m.zone.as_str()) {
+        Some(format!("in the home zone {}", m.zone))
+    } else {
+        None
     }
 }
 
@@ -228,20 +239,7 @@ pub fn choose_etcd_members(
         if !spec.etcd_peers.contains_key(&m.name) {
             continue;
         }
-        let reason = if spec.home.as_deref() == Some(m.name.as_str()) {
-            Some("its home".to_string())
-        } else if m.role == Role::Joining {
-            Some("joining".into())
-        } else if matches!(m.health, Health::Suspect | Health::Lost) {
-            Some(m.health.to_string())
-        } else if m.cordoned {
-            Some("cordoned".into())
-        } else if home_zone == Some(m.zone.as_str()) {
-            Some(format!("in the home zone {}", m.zone))
-        } else {
-            None
-        };
-        match reason {
+        match unfit(m, spec.home.as_deref(), home_zone) {
             Some(reason) => why_not.push(format!("{} {reason}", m.name)),
             None => by_zone.entry(&m.zone).or_default().push((
                 rank(m),

@@ -1290,16 +1290,12 @@ impl RingState {
         Ok(detail)
     }
 
-    /// See [`Command::ReplaceEtcdMember`]. The spare must be registered, a voter or learner of
-    /// the ring (not joining), not lost, suspect or cordoned, have an etcd peer address and an
-    /// endpoint for the control plane, and be in a zone none of the remaining members uses.
-    fn replace_etcd_member(
-        &mut self,
+    /// Control plane `name` and its etcd cluster, which must be at `generation`.
+    fn etcd_cluster_at(
+        &self,
         name: &str,
-        remove: Option<&str>,
-        add: &str,
         generation: u64,
-    ) -> Result<String, CommandError> {
+    ) -> Result<(&ControlPlane, &EtcdCluster), CommandError> {
         let cp = self
             .control_planes
             .get(name)
@@ -1316,6 +1312,20 @@ impl RingState {
                 generation: cluster.generation,
             });
         }
+        Ok((cp, cluster))
+    }
+
+    /// See [`Command::ReplaceEtcdMember`]. The spare must be registered, a voter or learner of
+    /// the ring (not joining), not lost, suspect or cordoned, have an etcd peer address and an
+    /// endpoint for the control plane, and be in a zone none of the remaining members uses.
+    fn replace_etcd_member(
+        &mut self,
+        name: &str,
+        remove: Option<&str>,
+        add: &str,
+        generation: u64,
+    ) -> Result<String, CommandError> {
+        let (cp, cluster) = self.etcd_cluster_at(name, generation)?;
         if let Some(change) = &cluster.change {
             return Err(CommandError::EtcdChangeInProgress {
                 control_plane: name.to_string(),
@@ -1443,22 +1453,7 @@ impl RingState {
         from: &str,
         generation: u64,
     ) -> Result<String, CommandError> {
-        let cp = self
-            .control_planes
-            .get(name)
-            .ok_or_else(|| CommandError::UnknownControlPlane(name.to_string()))?;
-        let cluster = cp
-            .etcd
-            .as_ref()
-            .ok_or_else(|| CommandError::NotZoneTolerant {
-                control_plane: name.to_string(),
-            })?;
-        if cluster.generation != generation {
-            return Err(CommandError::StaleEtcdGeneration {
-                control_plane: name.to_string(),
-                generation: cluster.generation,
-            });
-        }
+        let (cp, cluster) = self.etcd_cluster_at(name, generation)?;
         let refuse = |why: String| CommandError::RecoveryRefused {
             control_plane: name.to_string(),
             why,
