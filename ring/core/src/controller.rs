@@ -24,7 +24,7 @@ use super::backup_report::{self, BackupReport};
 use super::command::Command;
 use super::control_plane::{ControlPlane, MoveKind, Phase};
 use super::error::CommandError;
-use super::etcd_cluster::{EtcdChangeStep, ZONE_TOLERANT_MEMBERS};
+use super::etcd_cluster::{EtcdChangeStep, EtcdHealth, ZONE_TOLERANT_MEMBERS};
 use super::member::Health;
 use super::migration::MigrationReport;
 use super::placement::{self, NoEligibleHost, Request};
@@ -316,16 +316,21 @@ fn etcd_decisions(
         }
         for cp in state.replicas_on(lost) {
             let Some(cluster) = &cp.etcd else { continue };
+            // etcd removes a member only with quorum: a cluster without it waits for its
+            // operator (`cp recover`), or a replacement would hang in its first step.
+            let no_quorum = matches!(state.etcd_health(cp), Some(EtcdHealth::NoQuorum { .. }));
             if cluster.change.is_some()
+                || no_quorum
                 || cp.host.as_deref() == Some(lost.as_str())
                 || decided.contains(&cp.name)
-                || !seen.insert(cp.name.clone())
+                || seen.contains(&cp.name)
             {
                 continue;
             }
             let Some(spare) = spare_for(state, cp, lost) else {
                 continue;
             };
+            seen.insert(cp.name.clone());
             out.push(Decision {
                 command: Command::ReplaceEtcdMember {
                     name: cp.name.clone(),

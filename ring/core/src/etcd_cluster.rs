@@ -568,6 +568,11 @@ mod tests {
             ring.state.etcd_health(ring.cp("x")).unwrap().word(),
             "no-quorum"
         );
+        // Not even a replacement of the lost members long after etcd_replace_after_ms, though
+        // d is a spare for c: etcd cannot remove a member without a quorum.
+        obs.now_ms += 3_600_000;
+        let decided = ring.run(&mut obs);
+        assert!(decided.is_empty(), "{decided:?}");
         let err = ring.apply(recover("b", 1)).unwrap_err();
         assert!(matches!(err, CommandError::RecoveryRefused { .. }), "{err}");
         ring.apply(recover("a", 1)).unwrap();
