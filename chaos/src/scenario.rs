@@ -107,7 +107,7 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "double-zone-loss",
-        description: "two of three zones killed: no quorum, nothing moves; one zone returns after 6 s and everything serves again",
+        description: "two of three zones killed: no quorum, nothing moves; one zone returns after 6 s and everything serves again (with --tolerance zone --zones 5: the ring keeps its quorum, an etcd cluster loses its own, the ring shows it no-quorum and an operator recovers it from its survivor)",
         fault: Fault::DoubleZoneLoss,
         zero_loss: false,
     },
@@ -124,6 +124,14 @@ const OUTAGE_MS: u64 = 5_000;
 /// How long a delta snapshot may take to reach the bucket after its period ends, ms: a write
 /// acknowledged more than `DELTA_PERIOD_MS` + this before the fault must survive it.
 const DELTA_UPLOAD_ALLOWANCE_MS: u64 = 500;
+/// A client's longest gap between acknowledgements from this long on is marked on the
+/// timeline, ms.
+const LONG_GAP_MS: u64 = 1_000;
+/// How long before a double zone loss a write acknowledged by the two lost etcd members may
+/// be missing after an operator recovers the cluster from its survivor: etcd
+/// `--force-new-cluster` keeps only what the survivor knew committed, and it learns the
+/// commit index with the next append or heartbeat (100 ms), so 1 s is ten of them.
+const FORCED_LOSS_ALLOWANCE_MS: u64 = 1_000;
 
 /// Settings of a run.
 #[derive(Debug, Clone)]
@@ -291,20 +299,64 @@ async fn drive(
     };
     let victim_index = world.member_index(&victim).context("unknown victim")?;
     let victim_zone = world.members[victim_index].zone.clone();
+    // Double-zone-loss of zone-tolerant control planes in a ring with spare zones: the second
+    // zone runs an etcd member of a control plane the victim hosts, so that etcd cluster loses
+    // its quorum, and it stays lost; an operator recovers the cluster from its survivor.
+    // Otherwise the second zone is the first that is not the victim, and it comes back.
+    let no_quorum_run =
+        scenario.fault == Fault::DoubleZoneLoss && options.zone_tolerant && world.members.len() > 3;
+    let second_index = if no_quorum_run {
+        let name = before
+            .control_planes
+            .iter()
+            .filter(|c| c.host == victim)
+            .filter_map(|c| c.etcd.as_ref())
+            .flat_map(|e| e.members.iter())
+            .map(|m| m.member.clone())
+            .find(|m| *m != victim && *m != leader)
+            .context("no control plane of the victim has an etcd member off it and the leader")?;
+        world.member_index(&name).context("unknown member")?
+    } else {
+        (0..world.members.len())
+            .find(|i| *i != victim_index)
+            .context("one zone only")?
+    };
+    let second_zone = world.members[second_index].zone.clone();
+    // The members that stay lost, and their zones' indexes.
+    let gone: Vec<String> = if no_quorum_run {
+        vec![victim.clone(), world.members[second_index].name.clone()]
+    } else {
+        vec![victim.clone()]
+    };
+    let gone_index: Vec<usize> = gone.iter().filter_map(|m| world.member_index(m)).collect();
     // The control planes that must move (none when nothing may move, or anything may).
     let moved: Vec<String> = match scenario.fault {
         Fault::FlappingLink | Fault::RollingRestart => Vec::new(),
         _ => hosts
             .iter()
-            .filter(|(_, h)| **h == victim)
+            .filter(|(_, h)| gone.contains(h))
             .map(|(c, _)| c.clone())
             .collect(),
     };
-    // The other zone lost in double-zone-loss: the first one that is not the victim.
-    let second_index = (0..world.members.len())
-        .find(|i| *i != victim_index)
-        .context("one zone only")?;
-    let second_zone = world.members[second_index].zone.clone();
+    // The control planes whose etcd cluster loses its quorum (two of its three members).
+    let stuck: Vec<String> = if no_quorum_run {
+        before
+            .control_planes
+            .iter()
+            .filter(|c| {
+                c.etcd.as_ref().is_some_and(|e| {
+                    e.members
+                        .iter()
+                        .filter(|m| gone.contains(&m.member))
+                        .count()
+                        >= 2
+                })
+            })
+            .map(|c| c.name.clone())
+            .collect()
+    } else {
+        Vec::new()
+    };
 
     // Writers, and a warm-up: every control plane acknowledged writes, and delta snapshots
     // were written after them (the full snapshot is the one each etcd took at start).
@@ -453,7 +505,9 @@ async fn drive(
             at
         }
     };
-    if scenario.fault == Fault::DoubleZoneLoss {
+    if no_quorum_run {
+        recover_without_quorum(world, &stuck, &gone, timeline).await?;
+    } else if scenario.fault == Fault::DoubleZoneLoss {
         // Without a quorum nothing may move: watch for a while, then bring one zone back.
         let until = Instant::now() + Duration::from_secs(6);
         while Instant::now() < until {
@@ -497,7 +551,7 @@ async fn drive(
             let all_moved = moved.iter().all(|cp| {
                 s.control_planes
                     .iter()
-                    .any(|c| c.name == *cp && c.host != victim && c.phase == "running")
+                    .any(|c| c.name == *cp && !gone.contains(&c.host) && c.phase == "running")
             });
             let acked_elsewhere = writers
                 .iter()
@@ -508,7 +562,7 @@ async fn drive(
                         .map(|r| {
                             r.acks
                                 .iter()
-                                .any(|a| a.at_ms > fault_ms && a.zone != victim_index)
+                                .any(|a| a.at_ms > fault_ms && !gone_index.contains(&a.zone))
                         })
                         .unwrap_or(false)
                 });
@@ -576,10 +630,11 @@ async fn drive(
         status
             .control_planes
             .iter()
-            .any(|c| c.name == *cp && c.host != victim && c.phase == "running")
+            .any(|c| c.name == *cp && !gone.contains(&c.host) && c.phase == "running")
     }) {
         failures.push(format!(
-            "not every control plane of {victim} ({}) runs elsewhere within 60 s",
+            "not every control plane of {} ({}) runs elsewhere within 60 s",
+            gone.join(" and "),
             moved.join(", ")
         ));
     }
@@ -589,14 +644,18 @@ async fn drive(
     let mut etcd_repair_ms = None;
     if options.zone_tolerant
         && world.members.len() > 3
-        && matches!(
-            scenario.fault,
-            Fault::ZoneKill | Fault::LeaderZoneKill | Fault::ZonePartition | Fault::ZoneIsolation
-        )
+        && (no_quorum_run
+            || matches!(
+                scenario.fault,
+                Fault::ZoneKill
+                    | Fault::LeaderZoneKill
+                    | Fault::ZonePartition
+                    | Fault::ZoneIsolation
+            ))
     {
         let repaired = world::wait_for(
             Duration::from_secs(60),
-            "every etcd cluster is whole again without the lost zone",
+            "every etcd cluster is whole again without the lost zones",
             || async {
                 let s = world.status().await?;
                 s.control_planes
@@ -605,7 +664,7 @@ async fn drive(
                         c.etcd.as_ref().is_some_and(|e| {
                             e.health == "whole"
                                 && e.change.is_empty()
-                                && e.members.iter().all(|m| m.member != victim)
+                                && e.members.iter().all(|m| !gone.contains(&m.member))
                         })
                     })
                     .then_some(())
@@ -618,7 +677,10 @@ async fn drive(
                 timeline.add(
                     "etcd",
                     "",
-                    format!("every etcd cluster whole again without {victim}"),
+                    format!(
+                        "every etcd cluster whole again without {}",
+                        gone.join(" and ")
+                    ),
                 );
                 etcd_repair_ms = Some(ms);
             }
@@ -667,7 +729,16 @@ async fn drive(
             acknowledged: record.acks.len() as u64,
             ..ClientStats::default()
         };
-        stats.longest_gap_ms = longest_gap(&record.acks);
+        let (gap_ms, gap_at_ms) = longest_gap(&record.acks);
+        stats.longest_gap_ms = gap_ms;
+        if gap_ms >= LONG_GAP_MS {
+            timeline.add_at(
+                gap_at_ms,
+                "client",
+                &cp,
+                format!("no write acknowledged for the next {gap_ms} ms (its longest gap)"),
+            );
+        }
         for (at_ms, zone) in record.dns_changes.iter().skip(1) {
             let member = world
                 .members
@@ -705,7 +776,7 @@ async fn drive(
             let first_new = record
                 .acks
                 .iter()
-                .find(|a| a.at_ms > fault_ms && a.zone != victim_index);
+                .find(|a| a.at_ms > fault_ms && !gone_index.contains(&a.zone));
             if let Some(first) = first_new {
                 let rto = first.at_ms - fault_ms;
                 measures.rto_ms = Some(measures.rto_ms.map_or(rto, |r: u64| r.max(rto)));
@@ -744,7 +815,20 @@ async fn drive(
         measures.lost_writes += stats.lost;
         measures.lost_before_delta_period += stats.lost_before_delta_period;
         measures.split_brain_writes += stats.split_brain;
-        if (scenario.zero_loss || options.zone_tolerant) && stats.lost > 0 {
+        if stuck.contains(&cp) {
+            // etcd --force-new-cluster keeps what the survivor knew committed: a write
+            // acknowledged by the two lost members just before the fault may be missing, an
+            // older one may not.
+            let older = lost
+                .iter()
+                .filter(|a| a.at_ms + FORCED_LOSS_ALLOWANCE_MS < fault_ms)
+                .count();
+            if older > 0 {
+                failures.push(format!(
+                    "{cp}: {older} writes acknowledged more than {FORCED_LOSS_ALLOWANCE_MS} ms before the fault are missing after the recovery from the survivor"
+                ));
+            }
+        } else if (scenario.zero_loss || options.zone_tolerant) && stats.lost > 0 {
             failures.push(format!(
                 "{cp}: {} acknowledged writes lost (zero-loss scenario)",
                 stats.lost
@@ -782,6 +866,82 @@ async fn drive(
         timeline.add("check", "", format!("FAILED: {f}"));
     }
     Ok((measures, clients, failures))
+}
+
+/// Double-zone-loss that leaves the etcd clusters of `stuck` without quorum: waits (at most
+/// 30 s) until the ring shows each `no-quorum` and hosted on its surviving member, checks that
+/// the ring changes none of them by itself for 3 s, then recovers each from its host as an
+/// operator does (`ringctl cp recover NAME --from-member HOST`, a dry run first).
+async fn recover_without_quorum(
+    world: &World,
+    stuck: &[String],
+    gone: &[String],
+    timeline: &mut Timeline,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(!stuck.is_empty(), "no etcd cluster lost its quorum");
+    // Each stuck control plane's host and etcd cluster generation, once all are no-quorum
+    // at a survivor with no membership change in progress.
+    let at_survivors = |s: &pb::StatusResponse| -> Option<BTreeMap<String, (String, u64)>> {
+        stuck
+            .iter()
+            .map(|name| {
+                let c = s.control_planes.iter().find(|c| c.name == *name)?;
+                let e = c.etcd.as_ref()?;
+                (e.health == "no-quorum"
+                    && !c.host.is_empty()
+                    && !gone.contains(&c.host)
+                    && e.change.is_empty())
+                .then(|| (name.clone(), (c.host.clone(), e.generation)))
+            })
+            .collect()
+    };
+    let survivors = world::wait_for(
+        Duration::from_secs(30),
+        "every etcd cluster without quorum is shown no-quorum, hosted on its survivor",
+        || async { at_survivors(&world.status().await?) },
+    )
+    .await?;
+    let shown: Vec<String> = survivors
+        .iter()
+        .map(|(cp, (host, _))| format!("{cp} at {host}"))
+        .collect();
+    timeline.add("ring", "", format!("no-quorum: {}", shown.join(", ")));
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        if let Some(s) = world.status().await {
+            anyhow::ensure!(
+                at_survivors(&s).as_ref() == Some(&survivors),
+                "an etcd cluster without quorum changed before its operator acted"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for (name, (host, _)) in &survivors {
+        for dry_run in [true, false] {
+            let req = pb::ControlPlaneRecoverRequest {
+                name: name.clone(),
+                from_member: host.clone(),
+                dry_run,
+                reason: "ring-chaos: two of its zones lost".into(),
+            };
+            let plan = world
+                .admin
+                .call(
+                    req,
+                    |mut c, r| async move { c.control_plane_recover(r).await },
+                )
+                .await
+                .with_context(|| format!("cp recover {name} --from-member {host}"))?
+                .plan;
+            let flag = if dry_run { " --dry-run" } else { "" };
+            timeline.add(
+                "operator",
+                name,
+                format!("cp recover --from-member {host}{flag}: {plan}"),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Adds the ring's history after the fault to the timeline (moves, health, migrations, on the
@@ -841,11 +1001,13 @@ fn split_brain(acks: &[Ack]) -> u64 {
     count
 }
 
-fn longest_gap(acks: &[Ack]) -> u64 {
+/// The longest time between two acknowledgements, ms, and when it began (the first one's
+/// time); (0, 0) with fewer than two.
+fn longest_gap(acks: &[Ack]) -> (u64, u64) {
     acks.windows(2)
-        .map(|w| w[1].at_ms.saturating_sub(w[0].at_ms))
-        .max()
-        .unwrap_or(0)
+        .map(|w| (w[1].at_ms.saturating_sub(w[0].at_ms), w[0].at_ms))
+        .max_by_key(|(gap, at)| (*gap, std::cmp::Reverse(*at)))
+        .unwrap_or((0, 0))
 }
 
 /// The sequence numbers present in `cp`'s etcd at zone `z`.
@@ -896,8 +1058,11 @@ mod tests {
     fn gaps_are_between_acknowledgements() {
         let mut a = acks(&[0, 0, 1]);
         a[2].at_ms = 500;
-        assert_eq!(longest_gap(&a), 490);
-        assert_eq!(longest_gap(&a[..1]), 0);
+        assert_eq!(longest_gap(&a), (490, 10));
+        assert_eq!(longest_gap(&a[..1]), (0, 0));
+        a[1].at_ms = 400;
+        a[2].at_ms = 800;
+        assert_eq!(longest_gap(&a), (400, 0), "the first of equal gaps");
     }
 
     #[test]
