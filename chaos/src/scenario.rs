@@ -923,6 +923,7 @@ async fn recover_without_quorum(
                 from_member: host.clone(),
                 dry_run,
                 reason: "ring-chaos: two of its zones lost".into(),
+                from_backup: false,
             };
             let plan = world
                 .admin

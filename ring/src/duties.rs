@@ -41,6 +41,9 @@ use crate::raft::service::LeaderContact;
 use crate::raft::types::RaftMetricsOf;
 use crate::raft::{NodeId, RaftNode, StateMachineStore};
 
+/// Most rounds of the controller's decisions in one duties tick.
+const HEAL_ROUNDS_PER_TICK: usize = 3;
+
 /// Most of the controller's proposals in flight at once.
 const MAX_PROPOSALS_IN_FLIGHT: usize = 256;
 
@@ -241,17 +244,32 @@ impl Duties {
             }
         }
 
-        // 4. Heal.
-        let observations = self.desk.observations();
+        // 4. Heal. A decision can lead to the next at once (a host's progress is committed
+        // before its serving), so the controller decides again after its proposals applied,
+        // a few rounds at most, and not when a round decided exactly what the last did (a
+        // refused proposal would be).
         let policy = self.desk.policy().clone();
-        let decisions = self
-            .state
-            .read(|a| crate::core::controller::decide(&a.state, &observations, &policy));
+        let mut last = Vec::new();
+        for _ in 0..HEAL_ROUNDS_PER_TICK {
+            let observations = self.desk.observations();
+            let decisions = self
+                .state
+                .read(|a| crate::core::controller::decide(&a.state, &observations, &policy));
+            if decisions.is_empty() || decisions == last {
+                break;
+            }
+            last = decisions.clone();
+            self.propose_all(decisions).await;
+        }
+    }
+
+    /// Proposes `decisions` together.
+    async fn propose_all(&self, decisions: Vec<crate::core::controller::Decision>) {
         // Decisions are about different control planes (at most one each), so they are
         // proposed together: openraft appends and fsyncs whatever is waiting as one batch,
         // where one proposal at a time would pay a commit round per control plane. Each
         // command is still checked on its own when applied (a move names its exact epoch).
-        let this = &*self;
+        let this = self;
         futures::stream::iter(decisions)
             .map(|d| {
                 // A decision about a control plane is logged with its name and epoch.
@@ -332,9 +350,12 @@ pub async fn run(mut duties: Duties, mut stopped: watch::Receiver<bool>) {
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Also act at once when this member's Raft state changes (e.g. it just became leader).
     let mut server_state = duties.raft.server_metrics();
+    let desk = duties.desk.clone();
     loop {
         tokio::select! {
             _ = interval.tick() => duties.tick().await,
+            // A release or a new host's health: the move goes on now, not at the next tick.
+            () = desk.news() => duties.tick().await,
             changed = server_state.changed() => {
                 if changed.is_err() {
                     return;

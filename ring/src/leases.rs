@@ -43,6 +43,10 @@ pub struct LeaseDesk {
     policy: Policy,
     started: Instant,
     inner: Mutex<Inner>,
+    /// Woken when a renewal brings news the controller acts on at once: a former host released
+    /// a control plane, or a new host serves one (the duties decide then, not at their next
+    /// tick).
+    news: tokio::sync::Notify,
 }
 
 impl LeaseDesk {
@@ -58,7 +62,14 @@ impl LeaseDesk {
                 observations: Observations::default(),
                 last_renewal: BTreeMap::new(),
             }),
+            news: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Resolves when a renewal brought a release or a new host's health (see `news`); one
+    /// wake-up covers everything before it.
+    pub async fn news(&self) {
+        self.news.notified().await;
     }
 
     /// The policy.
@@ -172,8 +183,21 @@ impl LeaseDesk {
                     etcd_changes.push((cp.name.clone(), *generation, name.clone(), *step));
                 }
             }
+            // Only lists that name an id the ring has not recorded yet.
+            let mut etcd_ids = Vec::new();
+            for (cp_name, (generation, ids)) in &request.etcd_ids {
+                let Some(cp) = a.state.control_planes.get(cp_name) else {
+                    continue;
+                };
+                let new = cp.etcd.as_ref().is_some_and(|c| {
+                    c.generation == *generation && !c.unrecorded_ids(ids).is_empty()
+                });
+                if new && cp.host.as_deref() == Some(name.as_str()) {
+                    etcd_ids.push(((cp.name.clone(), *generation, name.clone()), ids.clone()));
+                }
+            }
             Some((
-                (granted, replicas, etcd_changes),
+                (granted, replicas, etcd_changes, etcd_ids),
                 released,
                 serving,
                 progress,
@@ -182,7 +206,7 @@ impl LeaseDesk {
             ))
         });
         let Some((
-            (granted, replicas, etcd_changes),
+            (granted, replicas, etcd_changes, etcd_ids),
             released,
             serving,
             progress,
@@ -194,6 +218,7 @@ impl LeaseDesk {
                 "member {from} is not registered"
             )));
         };
+        let news = !released.is_empty() || !serving.is_empty();
         {
             let mut inner = self.lock();
             inner.observations.released.extend(released);
@@ -201,6 +226,10 @@ impl LeaseDesk {
             inner.observations.progress.extend(progress);
             inner.observations.backups.extend(backups);
             inner.observations.etcd_changes.extend(etcd_changes);
+            inner.observations.etcd_ids.extend(etcd_ids);
+        }
+        if news {
+            self.news.notify_one();
         }
         Ok(RenewReply {
             granted,

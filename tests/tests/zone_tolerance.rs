@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use garden_ring::backup::etcd::EtcdClient;
+use garden_ring::backup::etcd::{EtcdClient, EtcdMember};
 use garden_ring::config::BackupSettings;
 use garden_ring::pb;
 use garden_ring_tests::etcd::{driver_with_deltas, fast};
@@ -385,6 +385,34 @@ async fn a_member_lost_long_enough_is_replaced_on_a_spare_in_another_zone() {
     };
     assert_eq!(members(&cp), ["a", "b", "c"]);
     let etcd = etcd_at(&cp, "a").await;
+    // The ring records etcd's ids of the members, as etcd lists them.
+    let ids_recorded = |want: usize| {
+        let ring = &ring;
+        async move {
+            eventually(
+                Duration::from_secs(20),
+                "the ring recorded etcd's id of every member of zt3's cluster",
+                || async {
+                    let cp = cps(ring, &[0, 1, 2, 3]).await.remove("zt3")?;
+                    let etcd = cp.etcd.as_ref()?;
+                    let ids: BTreeMap<String, u64> = etcd
+                        .members
+                        .iter()
+                        .filter(|m| m.etcd_id != 0)
+                        .map(|m| (m.member.clone(), m.etcd_id))
+                        .collect();
+                    (ids.len() == want && etcd.change.is_empty()).then_some(ids)
+                },
+            )
+            .await
+        }
+    };
+    let listed_ids = |listed: &[EtcdMember]| -> BTreeMap<String, u64> {
+        listed.iter().map(|m| (m.name.clone(), m.id)).collect()
+    };
+    let recorded = ids_recorded(3).await;
+    assert_eq!(recorded, listed_ids(&etcd.member_list().await.unwrap()));
+    let c_id = recorded["c"];
     let mut written = Vec::new();
     for i in 0..50 {
         let key = format!("/registry/r{i:03}");
@@ -420,6 +448,24 @@ async fn a_member_lost_long_enough_is_replaced_on_a_spare_in_another_zone() {
     names.sort();
     assert_eq!(names, ["a", "b", "d"], "{listed:?}");
     assert!(listed.iter().all(|m| !m.learner), "{listed:?}");
+    // The ring knows d's id too, and c's is gone with it (it was removed by that id).
+    let recorded = ids_recorded(3).await;
+    assert_eq!(recorded, listed_ids(&listed));
+    assert!(!recorded.values().any(|id| *id == c_id));
+    let d_peer = &repaired
+        .etcd
+        .as_ref()
+        .unwrap()
+        .members
+        .iter()
+        .find(|m| m.member == "d")
+        .unwrap()
+        .peer;
+    let shown = ring_ringctl(&ring, &["cp", "get", "zt3"]);
+    assert!(
+        shown.contains(&format!("d: peer {d_peer}, id {:x}", recorded["d"])),
+        "{shown}"
+    );
     // Nothing lost, and it takes writes.
     etcd.put(b"/registry/after", b"v").await.unwrap();
     let got = keys_at(&repaired, "a").await;
@@ -573,6 +619,140 @@ async fn an_operator_recovers_a_cluster_without_quorum_from_its_host_and_it_grow
     println!(
         "recovery from a: no-quorum -> forced from a's data -> whole again on a, d, e in {} ms; \
          {} of {} keys written before the loss kept",
+        took.as_millis(),
+        written.len() - lost.len(),
+        written.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_recovers_a_cluster_without_quorum_from_its_backups() {
+    let ring = ring_with_spares(&["d", "e"], 300_000).await;
+    let ports = Ports::reserve(10);
+    let numbers = ports.numbers();
+    ports.release();
+    let five = ["a", "b", "c", "d", "e"];
+    let at = |offset: usize| -> BTreeMap<String, String> {
+        five.iter()
+            .enumerate()
+            .map(|(i, m)| (m.to_string(), format!("127.0.0.1:{}", numbers[offset + i])))
+            .collect()
+    };
+    let mut req = zone_tolerant(&ring, "zt5", "a");
+    req.endpoints = at(0);
+    req.etcd_peers = at(5);
+    add_control_plane(&ring.client(), req).await.unwrap();
+    let survivors = [0, 3, 4];
+    let cp = running(&ring, &survivors, "zt5", &["a"]).await;
+    let mut written = Vec::new();
+    for i in 0..50 {
+        let key = format!("/registry/b{i:03}");
+        put_retrying(&cp, &key).await;
+        written.push(key);
+    }
+    let revision = etcd_at(&cp, "a")
+        .await
+        .put(b"/registry/b-last", b"v")
+        .await
+        .unwrap();
+    written.push("/registry/b-last".into());
+    // The backups hold every write (a delta every 300 ms; the ring's report lags by up to 5 s).
+    let before = eventually(
+        Duration::from_secs(30),
+        "zt5's backups reach the last write",
+        || async {
+            let cp = cps(&ring, &survivors).await.remove("zt5")?;
+            let ids_known = cp.etcd.as_ref()?.members.iter().all(|m| m.etcd_id != 0);
+            (cp.backup_status.as_ref()?.revision >= revision && ids_known).then_some(cp)
+        },
+    )
+    .await;
+    let a_id = before.etcd.as_ref().unwrap().members[0].etcd_id;
+
+    ring_kill(&ring, 1);
+    ring_kill(&ring, 2);
+    eventually(Duration::from_secs(30), "zt5 shows no-quorum", || async {
+        let cp = cps(&ring, &survivors).await.remove("zt5")?;
+        (cp.etcd?.health == "no-quorum").then_some(())
+    })
+    .await;
+    let dry = ring_ringctl(
+        &ring,
+        &["cp", "recover", "zt5", "--from-backup", "--dry-run"],
+    );
+    assert!(
+        dry.contains("dry run, nothing changed: would have etcd cluster restored on a from the newest backups in ")
+            && dry.contains("b, c dropped (writes after the newest delta snapshot there are lost; the last report of them: full snapshot ")
+            && dry.contains(&format!("revision {}", before.backup_status.as_ref().unwrap().revision)),
+        "{dry}"
+    );
+    let neither = ring.ringctl(&["cp", "recover", "zt5"]);
+    assert!(!neither.status.success());
+    let neither = String::from_utf8_lossy(&neither.stderr);
+    assert!(
+        neither.contains("--from-member") && neither.contains("--from-backup"),
+        "{neither}"
+    );
+    let recovered_at = Instant::now();
+    ring_ringctl(
+        &ring,
+        &["cp", "recover", "zt5", "--from-backup", "--reason", "test"],
+    );
+
+    // a on a new data directory restored from the bucket, then back to three on d and e.
+    let whole = eventually(
+        Duration::from_secs(90),
+        "zt5's etcd cluster is a, d, e and whole",
+        || async {
+            let cp = cps(&ring, &survivors).await.remove("zt5")?;
+            let etcd = cp.etcd.as_ref()?;
+            let mut names: Vec<&str> = etcd.members.iter().map(|m| m.member.as_str()).collect();
+            names.sort_unstable();
+            (names == ["a", "d", "e"]
+                && etcd.change.is_empty()
+                && etcd.health == "whole"
+                && cp.phase == "running")
+                .then_some(cp)
+        },
+    )
+    .await;
+    let took = recovered_at.elapsed();
+    let etcd = etcd_at(&whole, "a").await;
+    eventually(
+        Duration::from_secs(10),
+        "a write is acknowledged",
+        || async { etcd.put(b"/registry/after", b"v").await.ok() },
+    )
+    .await;
+    let got = keys_at(&whole, "a").await;
+    let lost: Vec<_> = written.iter().filter(|k| !got.contains(*k)).collect();
+    assert!(
+        lost.is_empty(),
+        "lost in the recovery from backup: {lost:?}"
+    );
+    // A new etcd member on a (restored, not the old one forced), advertising its peer address,
+    // and d and e joined it.
+    let listed = etcd.member_list().await.unwrap();
+    let a = listed.iter().find(|m| m.name == "a").unwrap();
+    assert_ne!(a.id, a_id, "{listed:?}");
+    let a_peer = &whole
+        .etcd
+        .as_ref()
+        .unwrap()
+        .members
+        .iter()
+        .find(|m| m.member == "a")
+        .unwrap()
+        .peer;
+    assert!(
+        a.peer_urls.len() == 1 && a.peer_urls[0].ends_with(&format!("://{a_peer}")),
+        "{listed:?}"
+    );
+    let history = ring_ringctl(&ring, &["history"]);
+    assert!(history.contains("etcd cluster restored on a"), "{history}");
+    println!(
+        "recovery from backup: no-quorum -> a restored from the bucket -> whole again on a, d, e \
+         in {} ms; {} of {} keys written before the loss kept",
         took.as_millis(),
         written.len() - lost.len(),
         written.len()

@@ -330,15 +330,21 @@ pub enum Command {
     },
     /// An operator's recovery of a zone-tolerant control plane's etcd cluster that lost its
     /// quorum: the cluster starts again as `from`'s etcd member alone, forced from its data
-    /// (`--force-new-cluster`); writes the cluster acknowledged that `from` had not received
-    /// are lost. It grows back to three members on spares afterwards.
+    /// (`--force-new-cluster`; writes the cluster acknowledged that `from` had not received
+    /// are lost), or, `from_backup`, on a new data directory restored from the newest backups
+    /// (writes after the newest delta snapshot are lost). It grows back to three members on
+    /// spares afterwards.
     RecoverEtcdCluster {
         /// The control plane.
         name: String,
-        /// The surviving member whose etcd data the cluster starts from (its host).
+        /// The surviving member that runs the cluster's one member (its host).
         from: String,
         /// The cluster's generation now: a recovery decided on stale state fails.
         generation: u64,
+        /// Restore from the backups instead of starting from `from`'s data (when that data is
+        /// lost or suspect).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        from_backup: bool,
     },
     /// The host of a zone-tolerant control plane did `done`, the step its cluster's change
     /// waited for.
@@ -351,6 +357,19 @@ pub enum Command {
         member: String,
         /// The step done.
         done: EtcdChangeStep,
+    },
+    /// The host of a zone-tolerant control plane reports etcd's ids of its cluster's members
+    /// (from etcd's member list); committed for the members whose id the ring does not know
+    /// yet.
+    RecordEtcdIds {
+        /// The control plane.
+        name: String,
+        /// The cluster's generation the list was taken at.
+        generation: u64,
+        /// The host.
+        member: String,
+        /// Ring member name -> etcd member id.
+        ids: BTreeMap<String, u64>,
     },
     /// Replaces a member's labels (placement preferences can name them).
     SetLabels {
@@ -425,6 +444,7 @@ impl Command {
             Command::ReportBackup { .. } => "control-plane.backup",
             Command::ReplaceEtcdMember { .. } => "control-plane.etcd-replace",
             Command::ReportEtcdChange { .. } => "control-plane.etcd-change",
+            Command::RecordEtcdIds { .. } => "control-plane.etcd-ids",
             Command::RecoverEtcdCluster { .. } => "control-plane.etcd-recover",
             Command::SetLabels { .. } => "member.labels",
             Command::SetControlPlaneLabels { .. } => "control-plane.labels",
@@ -581,6 +601,7 @@ impl Command {
                 name,
                 generation,
                 from: member,
+                ..
             } => {
                 require("control plane name", name, check_label)?;
                 require("member name", member, check_label)?;
@@ -590,6 +611,36 @@ impl Command {
                         "0",
                         "must be at least 1",
                     ));
+                }
+                Ok(())
+            }
+            Command::RecordEtcdIds {
+                name,
+                generation,
+                member,
+                ids,
+            } => {
+                require("control plane name", name, check_label)?;
+                require("member name", member, check_label)?;
+                if *generation == 0 {
+                    return Err(CommandError::invalid(
+                        "generation",
+                        "0",
+                        "must be at least 1",
+                    ));
+                }
+                if ids.is_empty() {
+                    return Err(CommandError::invalid("etcd ids", "", "must name a member"));
+                }
+                for (m, id) in ids {
+                    require("member name", m, check_label)?;
+                    if *id == 0 {
+                        return Err(CommandError::invalid(
+                            "etcd id",
+                            &format!("{m}=0"),
+                            "etcd never gives a member id 0",
+                        ));
+                    }
                 }
                 Ok(())
             }

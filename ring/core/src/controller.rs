@@ -105,6 +105,10 @@ pub struct Observations {
     /// (control plane, cluster generation, host, step): the host reports it did the step its
     /// etcd cluster's change waits for.
     pub etcd_changes: BTreeSet<(String, u64, String, EtcdChangeStep)>,
+    /// (control plane, cluster generation, host) -> ring member -> etcd member id: what the
+    /// host read from etcd's member list, while it names an id the ring has not recorded
+    /// ([`Observations::observe`] forgets the others).
+    pub etcd_ids: BTreeMap<(String, u64, String), BTreeMap<String, u64>>,
 }
 
 impl Observations {
@@ -150,6 +154,13 @@ impl Observations {
                     e.generation == *generation
                         && e.change.as_ref().is_some_and(|c| c.step == *step)
                 })
+        });
+        self.etcd_ids.retain(|(cp, generation, _), ids| {
+            state.control_planes.get(cp).is_some_and(|c| {
+                c.etcd.as_ref().is_some_and(|e| {
+                    e.generation == *generation && !e.unrecorded_ids(ids).is_empty()
+                })
+            })
         });
         self.backups.retain(|(cp, epoch, _), report| {
             state.control_planes.get(cp).is_some_and(|c| {
@@ -276,6 +287,30 @@ fn etcd_decisions(
                 done: *step,
             },
             reason: format!("{member} reports the etcd cluster's step {step} done"),
+        });
+    }
+    for ((name, generation, member), ids) in &obs.etcd_ids {
+        let Some(cp) = state.control_planes.get(name) else {
+            continue;
+        };
+        let Some(cluster) = &cp.etcd else { continue };
+        let new = cluster.unrecorded_ids(ids);
+        if decided.contains(name)
+            || cluster.generation != *generation
+            || cp.host.as_deref() != Some(member.as_str())
+            || new.is_empty()
+            || !seen.insert(name.clone())
+        {
+            continue;
+        }
+        out.push(Decision {
+            command: Command::RecordEtcdIds {
+                name: name.clone(),
+                generation: *generation,
+                member: member.clone(),
+                ids: new,
+            },
+            reason: format!("{member} read etcd's member list"),
         });
     }
     if state.settings.paused {

@@ -187,6 +187,20 @@ pub enum CommandError {
         /// What was reported.
         given: String,
     },
+    /// A host reported an etcd id for a member other than the one the ring recorded.
+    #[error(
+        "control plane {control_plane}'s etcd member on {member} is recorded with id {recorded:x}, reported as {reported:x}: the ring keeps the recorded one"
+    )]
+    EtcdIdConflict {
+        /// The control plane.
+        control_plane: String,
+        /// The ring member that runs it.
+        member: String,
+        /// The id recorded.
+        recorded: u64,
+        /// The id reported.
+        reported: u64,
+    },
     /// An operator's recovery of an etcd cluster that is not allowed now.
     #[error("cannot recover the etcd cluster of {control_plane}: {why}")]
     RecoveryRefused {
@@ -448,6 +462,7 @@ impl CommandError {
             CommandError::StaleEtcdGeneration { .. } => "stale_etcd_generation",
             CommandError::EtcdChangeInProgress { .. } => "etcd_change_in_progress",
             CommandError::UnexpectedEtcdChangeReport { .. } => "unexpected_etcd_change_report",
+            CommandError::EtcdIdConflict { .. } => "etcd_id_conflict",
             CommandError::ReplacementUnfit { .. } => "replacement_unfit",
             CommandError::RecoveryRefused { .. } => "etcd_recovery_refused",
             CommandError::LastVoter { .. } => "last_voter",

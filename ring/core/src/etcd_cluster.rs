@@ -78,6 +78,15 @@ pub struct EtcdMember {
     /// Goes up when its etcd process must start again on the same data (a recovery).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub incarnation: u64,
+    /// Restore its data from the newest backups at this location (URL) before etcd first
+    /// starts on it (an operator's recovery from backup); cleared with `force_new_cluster`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_from: Option<String>,
+    /// etcd's id of it (what `etcdctl member list` shows, in hex), as the host reported it
+    /// ([`Command::RecordEtcdIds`](crate::Command::RecordEtcdIds)); 0 until then. Fixed for
+    /// its life: a member added again later is another etcd member with another id.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub etcd_id: u64,
 }
 
 fn is_zero(value: &u64) -> bool {
@@ -154,6 +163,9 @@ pub struct EtcdChange {
     /// Its peer address (`host:port`), by which etcd may list it before it ever started.
     #[serde(default)]
     pub removed_peer: String,
+    /// Its etcd id, if the ring knew it ([`EtcdMember::etcd_id`]; 0: unknown).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub removed_etcd_id: u64,
     /// The ring member whose etcd member comes (in the members, a learner until the end); in
     /// a recovery (step `forcing`), the member it restarts from.
     pub added: String,
@@ -190,6 +202,20 @@ impl EtcdCluster {
     /// The ring members that run its members.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.members.iter().map(|m| m.member.as_str())
+    }
+
+    /// Of the etcd ids in `ids` (ring member -> id), those of its members whose id the ring has
+    /// not recorded yet. A member recorded with another id is left out: etcd ids are for
+    /// life, so the ring keeps what it has
+    /// ([`CommandError::EtcdIdConflict`](crate::CommandError::EtcdIdConflict)).
+    pub fn unrecorded_ids(
+        &self,
+        ids: &std::collections::BTreeMap<String, u64>,
+    ) -> std::collections::BTreeMap<String, u64> {
+        ids.iter()
+            .filter(|(m, id)| **id != 0 && self.member(m).is_some_and(|k| k.etcd_id == 0))
+            .map(|(m, id)| (m.clone(), *id))
+            .collect()
     }
 
     /// Whether `name` runs one of its voting members (only those may host).
@@ -307,6 +333,150 @@ mod tests {
 
     fn names(cluster: &EtcdCluster) -> Vec<&str> {
         cluster.names().collect()
+    }
+
+    #[test]
+    fn a_recovery_from_backup_restores_on_a_new_data_directory_from_where_the_last_host_wrote() {
+        let mut ring = Ring::new();
+        ring.add_zone_tolerant("x", Some("a")).unwrap();
+        let mut obs = Observations::default();
+        obs.serving.insert(("x".into(), 1, "a".into()));
+        ring.run(&mut obs);
+        assert_eq!(ring.cp("x").phase, Phase::Running);
+        // a and b lost: the host moves to c, which cannot serve without a quorum.
+        ring.lose(1);
+        ring.lose(2);
+        obs.now_ms = 10_000_000;
+        ring.run(&mut obs);
+        obs.now_ms += 3_600_000;
+        ring.run(&mut obs);
+        let cp = ring.cp("x").clone();
+        assert_eq!(cp.host.as_deref(), Some("c"), "{cp:?}");
+        assert_eq!(ring.state.etcd_health(&cp).unwrap().word(), "no-quorum");
+        let source = cp.migration.as_ref().unwrap().source.clone();
+        let generation = cp.etcd.as_ref().unwrap().generation;
+        let old_key = cp.etcd.as_ref().unwrap().member("c").unwrap().key();
+        ring.apply(Command::RecoverEtcdCluster {
+            name: "x".into(),
+            from: "c".into(),
+            generation,
+            from_backup: true,
+        })
+        .unwrap();
+        let detail = ring.state.history.newest(1)[0].detail.clone();
+        assert!(
+            detail.starts_with(&format!(
+                "etcd cluster restored on c from the newest backups in {source} at generation {}",
+                generation + 1
+            )),
+            "{detail}"
+        );
+        let cluster = ring.cp("x").etcd.clone().unwrap();
+        assert_eq!(names(&cluster), vec!["c"]);
+        let c = cluster.member("c").unwrap();
+        // A new data directory and run, restored from where a wrote; not forced.
+        assert_eq!(c.restore_from.as_deref(), Some(source.as_str()));
+        assert!(!c.force_new_cluster);
+        assert_eq!(c.joined, generation + 1);
+        assert_ne!(c.key(), old_key);
+        assert_eq!(c.etcd_id, 0);
+        assert_eq!(
+            cluster.change.as_ref().map(|c| c.step),
+            Some(EtcdChangeStep::Forcing)
+        );
+        // Once the host reports it running alone, the restore is done with.
+        obs.etcd_changes.insert((
+            "x".into(),
+            generation + 1,
+            "c".into(),
+            EtcdChangeStep::Forcing,
+        ));
+        ring.run(&mut obs);
+        let cluster = ring.cp("x").etcd.clone().unwrap();
+        assert!(cluster.change.is_none());
+        assert_eq!(cluster.member("c").unwrap().restore_from, None);
+        assert_eq!(cluster.member("c").unwrap().key(), c.key());
+    }
+
+    #[test]
+    fn the_hosts_etcd_ids_are_recorded_once_and_a_removed_members_id_goes_with_the_change() {
+        let mut ring = Ring::new();
+        ring.add_zone_tolerant("x", Some("a")).unwrap();
+        let mut obs = Observations::default();
+        obs.serving.insert(("x".into(), 1, "a".into()));
+        ring.run(&mut obs);
+        let ids = |pairs: &[(&str, u64)]| -> std::collections::BTreeMap<String, u64> {
+            pairs.iter().map(|(m, id)| (m.to_string(), *id)).collect()
+        };
+        let all = ids(&[("a", 0xa1), ("b", 0xb2), ("c", 0xc3)]);
+        // Only the host's list counts.
+        obs.etcd_ids
+            .insert(("x".into(), 1, "b".into()), all.clone());
+        assert!(ring.run(&mut obs).is_empty());
+        obs.etcd_ids
+            .insert(("x".into(), 1, "a".into()), all.clone());
+        let d = ring.run(&mut obs);
+        assert_eq!(d.len(), 1, "{d:?}");
+        let recorded: Vec<u64> = ring
+            .cp("x")
+            .etcd
+            .as_ref()
+            .unwrap()
+            .members
+            .iter()
+            .map(|m| m.etcd_id)
+            .collect();
+        assert_eq!(recorded, [0xa1, 0xb2, 0xc3]);
+        // Recorded: the reports are forgotten and nothing more is decided.
+        assert!(ring.run(&mut obs).is_empty());
+        assert!(obs.etcd_ids.is_empty(), "{:?}", obs.etcd_ids);
+        // Ids are for life: another one for c is refused, and the recorded one kept.
+        let record = |member: &str, generation, ids| Command::RecordEtcdIds {
+            name: "x".into(),
+            generation,
+            member: member.into(),
+            ids,
+        };
+        let err = ring.apply(record("a", 1, ids(&[("c", 0xdd)]))).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "control plane x's etcd member on c is recorded with id c3, reported as dd: the ring keeps the recorded one"
+        );
+        let err = ring.apply(record("b", 1, ids(&[("c", 0xc3)]))).unwrap_err();
+        assert!(
+            matches!(err, CommandError::UnexpectedEtcdChangeReport { .. }),
+            "{err}"
+        );
+        let err = ring.apply(record("a", 1, ids(&[("d", 0xd4)]))).unwrap_err();
+        assert!(matches!(err, CommandError::NotAnEtcdMember { .. }), "{err}");
+        // c lost long enough: its replacement on d carries c's id (etcd removes by id), and
+        // d's member has none until the host lists it.
+        ring.lose(3);
+        obs.now_ms = 1_000;
+        assert!(ring.run(&mut obs).is_empty());
+        obs.now_ms += crate::testing::policy().etcd_replace_after_ms;
+        let d = ring.run(&mut obs);
+        assert_eq!(d.len(), 1, "{d:?}");
+        let cluster = ring.cp("x").etcd.clone().unwrap();
+        let change = cluster.change.clone().unwrap();
+        assert_eq!(
+            (change.removed.as_str(), change.removed_etcd_id),
+            ("c", 0xc3)
+        );
+        assert_eq!(cluster.member("d").unwrap().etcd_id, 0);
+        // A list taken at the old generation is stale.
+        obs.etcd_ids
+            .insert(("x".into(), 1, "a".into()), ids(&[("d", 0xd4)]));
+        assert!(
+            ring.run(&mut obs)
+                .iter()
+                .all(|d| !matches!(d.command, Command::RecordEtcdIds { .. }))
+        );
+        let err = ring.apply(record("a", 1, ids(&[("d", 0xd4)]))).unwrap_err();
+        assert!(
+            matches!(err, CommandError::StaleEtcdGeneration { .. }),
+            "{err}"
+        );
     }
 
     #[test]
@@ -550,6 +720,7 @@ mod tests {
             name: "x".into(),
             from: from.into(),
             generation,
+            from_backup: false,
         };
         // With a quorum there is nothing to recover.
         ring.lose(2);
@@ -668,6 +839,8 @@ mod tests {
                     learner: false,
                     force_new_cluster: false,
                     incarnation: 0,
+                    etcd_id: 0,
+                    restore_from: None,
                 },
                 EtcdMember {
                     member: "b".into(),
@@ -676,6 +849,8 @@ mod tests {
                     learner: false,
                     force_new_cluster: false,
                     incarnation: 0,
+                    etcd_id: 0,
+                    restore_from: None,
                 },
             ],
             change: None,

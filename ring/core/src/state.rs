@@ -444,13 +444,20 @@ impl RingState {
                 name,
                 from,
                 generation,
-            } => self.recover_etcd_cluster(name, from, *generation)?,
+                from_backup,
+            } => self.recover_etcd_cluster(name, from, *generation, *from_backup)?,
             Command::ReportEtcdChange {
                 name,
                 generation,
                 member,
                 done,
             } => self.report_etcd_change(name, *generation, member, *done)?,
+            Command::RecordEtcdIds {
+                name,
+                generation,
+                member,
+                ids,
+            } => self.record_etcd_ids(name, *generation, member, ids)?,
             Command::SetLabels { id, labels } => {
                 let member = self.member_mut(*id)?;
                 member.labels = labels.clone();
@@ -1219,6 +1226,8 @@ impl RingState {
                         learner: false,
                         force_new_cluster: false,
                         incarnation: 0,
+                        etcd_id: 0,
+                        restore_from: None,
                     })
                     .collect(),
                 change: None,
@@ -1400,9 +1409,9 @@ impl RingState {
             return Err(unfit(add, &why));
         }
         let peer = cp.etcd_peers.get(add).cloned().unwrap_or_default();
-        let removed_peer = remove
+        let (removed_peer, removed_etcd_id) = remove
             .and_then(|r| cluster.member(r))
-            .map(|m| m.peer.clone())
+            .map(|m| (m.peer.clone(), m.etcd_id))
             .unwrap_or_default();
         let cp = self.control_plane_mut(name)?;
         let cluster = cp.etcd.as_mut().expect("checked above");
@@ -1421,10 +1430,13 @@ impl RingState {
             learner: true,
             force_new_cluster: false,
             incarnation: 0,
+            etcd_id: 0,
+            restore_from: None,
         });
         cluster.change = Some(EtcdChange {
             removed: remove.unwrap_or_default().to_string(),
             removed_peer,
+            removed_etcd_id,
             added: add.to_string(),
             // Nothing to remove: straight to adding.
             step: if remove.is_some() {
@@ -1452,6 +1464,7 @@ impl RingState {
         name: &str,
         from: &str,
         generation: u64,
+        from_backup: bool,
     ) -> Result<String, CommandError> {
         let (cp, cluster) = self.etcd_cluster_at(name, generation)?;
         let refuse = |why: String| CommandError::RecoveryRefused {
@@ -1488,26 +1501,62 @@ impl RingState {
             .filter(|m| *m != from)
             .map(str::to_string)
             .collect();
+        // The newest backups are where the last host that served wrote them: the source of
+        // this epoch's move while the host has not served at it, its own location otherwise.
+        let (source, report) = match &cp.migration {
+            Some(m) if m.epoch == cp.epoch && cp.phase != Phase::Running => {
+                (m.source.clone(), None)
+            }
+            _ => (cp.backup.clone(), cp.backup_status.clone()),
+        };
         let cp = self.control_plane_mut(name)?;
         let cluster = cp.etcd.as_mut().expect("checked above");
         cluster.generation += 1;
         cluster.change = Some(EtcdChange {
             removed: String::new(),
             removed_peer: String::new(),
+            removed_etcd_id: 0,
             added: from.to_string(),
             step: EtcdChangeStep::Forcing,
         });
         let generation = cluster.generation;
         cluster.members.retain(|m| m.member == from);
+        let dropped = dropped.join(", ");
+        if from_backup {
+            for m in &mut cluster.members {
+                // A new data directory (the generation names it), restored before etcd starts;
+                // a new etcd member, so a new id.
+                m.joined = generation;
+                m.incarnation = generation;
+                m.force_new_cluster = false;
+                m.restore_from = Some(source.clone());
+                m.etcd_id = 0;
+            }
+            let newest = match report {
+                Some(r) => format!(
+                    "; the last report of them: full snapshot {}, {} delta(s) since, revision {}, \
+                     complete up to {} (Unix ms)",
+                    r.full.as_deref().unwrap_or("none"),
+                    r.deltas_since_full,
+                    r.revision,
+                    r.up_to_date_unix_ms
+                ),
+                None => String::new(),
+            };
+            return Ok(format!(
+                "etcd cluster restored on {from} from the newest backups in {source} at generation \
+                 {generation}, on a new data directory; {dropped} dropped (writes after the newest \
+                 delta snapshot there are lost{newest}); it grows back on spares"
+            ));
+        }
         for m in &mut cluster.members {
             m.force_new_cluster = true;
             m.incarnation = generation;
         }
         Ok(format!(
-            "etcd cluster forced anew from {from}'s data at generation {generation}; {} dropped \
-             (writes acknowledged by the cluster that {from} had not received are lost); it grows \
-             back on spares",
-            dropped.join(", ")
+            "etcd cluster forced anew from {from}'s data at generation {generation}; {dropped} \
+             dropped (writes acknowledged by the cluster that {from} had not received are lost); \
+             it grows back on spares"
         ))
     }
 
@@ -1564,12 +1613,64 @@ impl RingState {
                 cluster.change = None;
                 for m in &mut cluster.members {
                     m.force_new_cluster = false;
+                    m.restore_from = None;
                 }
                 format!(
                     "etcd cluster runs again as {added} alone, from its data; it grows back next"
                 )
             }
         })
+    }
+
+    /// See [`Command::RecordEtcdIds`]. Refused from anyone but the host, at another generation,
+    /// for a ring member not in the cluster, or for one whose recorded id differs (an etcd
+    /// member keeps its id for life: a different one means the report is about another
+    /// cluster or the list was misread, and the ring keeps what it has).
+    fn record_etcd_ids(
+        &mut self,
+        name: &str,
+        generation: u64,
+        member: &str,
+        ids: &BTreeMap<String, u64>,
+    ) -> Result<String, CommandError> {
+        let (cp, cluster) = self.etcd_cluster_at(name, generation)?;
+        if cp.host.as_deref() != Some(member) {
+            return Err(CommandError::UnexpectedEtcdChangeReport {
+                control_plane: name.to_string(),
+                expected: Some("etcd ids (reported by its host)".to_string()),
+                member: member.to_string(),
+                given: "etcd ids".to_string(),
+            });
+        }
+        for (m, id) in ids {
+            let Some(known) = cluster.member(m) else {
+                return Err(CommandError::NotAnEtcdMember {
+                    control_plane: name.to_string(),
+                    member: m.clone(),
+                    members: cluster.names().map(str::to_string).collect(),
+                });
+            };
+            if known.etcd_id != 0 && known.etcd_id != *id {
+                return Err(CommandError::EtcdIdConflict {
+                    control_plane: name.to_string(),
+                    member: m.clone(),
+                    recorded: known.etcd_id,
+                    reported: *id,
+                });
+            }
+        }
+        let cp = self.control_plane_mut(name)?;
+        let cluster = cp.etcd.as_mut().expect("checked above");
+        let mut recorded = Vec::new();
+        for m in &mut cluster.members {
+            if let Some(id) = ids.get(&m.member)
+                && m.etcd_id != *id
+            {
+                m.etcd_id = *id;
+                recorded.push(format!("{}={id:x}", m.member));
+            }
+        }
+        Ok(format!("etcd member ids: {}", recorded.join(", ")))
     }
 
     fn remove_control_plane(&mut self, name: &str) -> Result<String, CommandError> {
@@ -1601,6 +1702,7 @@ impl RingState {
             | Command::ReportBackup { name, .. }
             | Command::ReplaceEtcdMember { name, .. }
             | Command::ReportEtcdChange { name, .. }
+            | Command::RecordEtcdIds { name, .. }
             | Command::RecoverEtcdCluster { name, .. } => {
                 if let Some(cp) = self.control_planes.get(name) {
                     check_control_plane(cp);
@@ -1685,6 +1787,7 @@ fn touched_control_plane(command: &Command) -> Option<&str> {
         | Command::ReportBackup { name, .. }
         | Command::ReplaceEtcdMember { name, .. }
         | Command::ReportEtcdChange { name, .. }
+        | Command::RecordEtcdIds { name, .. }
         | Command::RecoverEtcdCluster { name, .. } => Some(name),
         _ => None,
     }
@@ -1870,6 +1973,7 @@ fn subject(state: &RingState, command: &Command) -> String {
         | Command::ReportBackup { name, .. }
         | Command::ReplaceEtcdMember { name, .. }
         | Command::ReportEtcdChange { name, .. }
+        | Command::RecordEtcdIds { name, .. }
         | Command::RecoverEtcdCluster { name, .. } => name.clone(),
         Command::Cordon { id, .. } | Command::SetLabels { id, .. } => member_name(id),
     }

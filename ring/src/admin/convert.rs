@@ -65,6 +65,7 @@ pub fn control_plane(cp: &ControlPlane, state: &RingState) -> pb::ControlPlane {
                         peer: m.peer.clone(),
                         joined: m.joined,
                         learner: m.learner,
+                        etcd_id: m.etcd_id,
                     })
                     .collect(),
                 health: health.word().to_string(),

@@ -873,10 +873,16 @@ impl Admin for AdminService {
         let checked = self.read(|a| {
             let cp = a.state.control_planes.get(&name)?;
             let generation = cp.etcd.as_ref().map(|c| c.generation).unwrap_or_default();
+            let from = if req.from_member.is_empty() && req.from_backup {
+                cp.host.clone().unwrap_or_default()
+            } else {
+                req.from_member.clone()
+            };
             let command = Command::RecoverEtcdCluster {
                 name: name.clone(),
-                from: req.from_member.clone(),
+                from,
                 generation,
+                from_backup: req.from_backup,
             };
             let mut scratch = a.state.clone();
             let index = a.applied_index() + 1;

@@ -28,7 +28,9 @@ use super::backup_status::BackupStatuses;
 use super::etcd::{EtcdInstance, EtcdRuntime, InstancePhase, SnapshotTimes};
 use super::etcd_replica::EtcdReplica;
 use super::workload::Guard;
-pub use super::workload::{DriverError, MigrationTarget, PendingChange, ReplicaTarget, Target};
+pub use super::workload::{
+    ClusterDuty, DriverError, MigrationTarget, PendingChange, ReplicaTarget, Target,
+};
 use crate::config::{Config, DriverKind, DriverSettings};
 use crate::core::etcd_cluster::ReplicaKey;
 use crate::time::monotonic_ms;
@@ -318,31 +320,40 @@ impl Workloads {
         self.replicas.insert(target.name, replica);
     }
 
-    /// The step of its etcd cluster's change each zone-tolerant control plane this member
-    /// fronts is to carry out, from the applied `state`.
-    pub fn pending_etcd_changes(
+    /// What each zone-tolerant control plane this member fronts is to do for its etcd
+    /// cluster, from the applied `state`.
+    pub fn cluster_duties(
         &self,
         state: &crate::core::RingState,
-    ) -> BTreeMap<String, Option<PendingChange>> {
+    ) -> BTreeMap<String, Option<ClusterDuty>> {
         self.etcd_instances
             .iter()
             .filter(|(_, i)| i.target().zone_tolerant)
             .map(|(name, _)| {
                 (
                     name.clone(),
-                    PendingChange::from_state(state, &self.member, name),
+                    ClusterDuty::from_state(state, &self.member, name),
                 )
             })
             .collect()
     }
 
-    /// Hands each front end the step it is to carry out.
-    pub fn set_etcd_changes(&self, changes: BTreeMap<String, Option<PendingChange>>) {
-        for (name, change) in changes {
+    /// Hands each front end its duty.
+    pub fn set_cluster_duties(&self, duties: BTreeMap<String, Option<ClusterDuty>>) {
+        for (name, duty) in duties {
             if let Some(instance) = self.etcd_instances.get(&name) {
-                instance.set_etcd_change(change);
+                instance.set_cluster_duty(duty);
             }
         }
+    }
+
+    /// etcd's ids of their clusters' members as the front ends last listed them: control
+    /// plane -> (generation, ring member -> etcd member id).
+    pub fn etcd_ids(&self) -> BTreeMap<String, (u64, BTreeMap<String, u64>)> {
+        self.etcd_instances
+            .iter()
+            .filter_map(|(name, i)| Some((name.clone(), i.etcd_ids()?)))
+            .collect()
     }
 
     /// The etcd cluster changes' steps the front ends did: control plane -> (generation, step).
@@ -456,6 +467,15 @@ impl Workloads {
             .iter()
             .filter_map(|(name, i)| Some((name.clone(), i.migration_report()?)))
             .collect()
+    }
+
+    /// Whether the health of an etcd instance differs from `reported` (control plane -> epoch
+    /// reported healthy in the last renewal). Cheap (no hooks): the agent checks it between
+    /// renewals, so a new host reports serving as soon as its gate opened.
+    pub fn etcd_health_changed(&self, reported: &BTreeMap<String, u64>) -> bool {
+        self.etcd_instances
+            .iter()
+            .any(|(name, i)| i.healthy() != (reported.get(name) == Some(&i.target().epoch)))
     }
 
     /// Of what runs, what passes the health check (everything, without one).

@@ -28,7 +28,7 @@
 //! `starting`), the bytes copied, the snapshot restored and the data-loss window (the
 //! snapshot's age when restored, zero for a final one) through the lease renewals.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -43,7 +43,7 @@ use super::etcd_replica::ReplicaHandle;
 pub use super::etcd_runtime::{EtcdRuntime, SnapshotTimes};
 use super::gate::Gate;
 use super::lease::lease_runs_out;
-use super::workload::PendingChange;
+use super::workload::ClusterDuty;
 use super::workload::{DriverError, Guard, Target};
 use crate::backup::copy::{CopyOptions, CopyProgress};
 use crate::backup::etcd::{EtcdClient, EtcdClientOptions};
@@ -83,6 +83,9 @@ struct View {
     copy: Option<watch::Receiver<CopyProgress>>,
     /// The last step of its etcd cluster's change this front end did (generation, step).
     etcd_done: Option<(u64, EtcdChangeStep)>,
+    /// etcd's ids of its cluster's members as it last listed them (generation, ring member ->
+    /// id).
+    etcd_ids: Option<(u64, BTreeMap<String, u64>)>,
 }
 
 struct Shared {
@@ -130,7 +133,7 @@ pub struct EtcdInstance {
     target: Target,
     deadline: watch::Sender<u64>,
     stop: watch::Sender<bool>,
-    change: watch::Sender<Option<PendingChange>>,
+    change: watch::Sender<Option<ClusterDuty>>,
     shared: Arc<Shared>,
     task: JoinHandle<()>,
 }
@@ -157,6 +160,7 @@ impl EtcdInstance {
                 report: None,
                 copy: None,
                 etcd_done: None,
+                etcd_ids: None,
             }),
             gate: tokio::sync::Mutex::new(None),
         });
@@ -184,14 +188,20 @@ impl EtcdInstance {
         }
     }
 
-    /// The step of its etcd cluster's change this front end is to carry out (zone-tolerant
-    /// control planes only; `None`: no change in progress).
-    pub fn set_etcd_change(&self, change: Option<PendingChange>) {
+    /// What this front end is to do for its etcd cluster (zone-tolerant control planes it
+    /// hosts only).
+    pub fn set_cluster_duty(&self, duty: Option<ClusterDuty>) {
         self.change.send_if_modified(|c| {
-            let changed = *c != change;
-            *c = change;
+            let changed = *c != duty;
+            *c = duty;
             changed
         });
+    }
+
+    /// etcd's ids of its cluster's members as this front end last listed them: (generation,
+    /// ring member -> etcd member id).
+    pub fn etcd_ids(&self) -> Option<(u64, BTreeMap<String, u64>)> {
+        self.shared.view().etcd_ids.clone()
     }
 
     /// The last step of its etcd cluster's change this front end did.
@@ -343,7 +353,7 @@ async fn run(
     shared: Arc<Shared>,
     mut deadline: watch::Receiver<u64>,
     mut stop: watch::Receiver<bool>,
-    replica: Option<(ReplicaHandle, watch::Receiver<Option<PendingChange>>)>,
+    replica: Option<(ReplicaHandle, watch::Receiver<Option<ClusterDuty>>)>,
 ) {
     let name = target.name.clone();
     let epoch = target.epoch;
@@ -771,7 +781,7 @@ async fn serve(
 /// the step of its cluster's change to carry out).
 enum Backend {
     Own(Guard),
-    Replica(ReplicaHandle, watch::Receiver<Option<PendingChange>>),
+    Replica(ReplicaHandle, watch::Receiver<Option<ClusterDuty>>),
 }
 
 impl Backend {
@@ -808,26 +818,40 @@ impl Backend {
         }
     }
 
-    /// Carries out the step of the etcd cluster's change that waits, if any and not done yet.
-    async fn carry_out_change(&self, client: &EtcdClient, shared: &Shared, scheme: &str) {
-        let Backend::Replica(_, change) = self else {
+    /// Does the duty of the host for its etcd cluster: the step of its change that waits, if
+    /// any and not done yet; then, until they are all known at this generation, etcd's ids of
+    /// its members.
+    async fn keep_cluster(&self, client: &EtcdClient, shared: &Shared, scheme: &str) {
+        let Backend::Replica(_, duty) = self else {
             return;
         };
-        let Some(change) = change.borrow().clone() else {
+        let Some(duty) = duty.borrow().clone() else {
             return;
         };
-        if shared.view().etcd_done == Some((change.generation, change.step)) {
-            return;
+        if let Some(change) = &duty.change
+            && shared.view().etcd_done != Some((change.generation, change.step))
+        {
+            match super::etcd_membership::carry_out(client, change, scheme).await {
+                Ok(true) => shared.view().etcd_done = Some((change.generation, change.step)),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(
+                    "etcd cluster change ({} of {} -> {}): {e}; again shortly",
+                    change.step,
+                    change.removed,
+                    change.added
+                ),
+            }
         }
-        match super::etcd_membership::carry_out(client, &change, scheme).await {
-            Ok(true) => shared.view().etcd_done = Some((change.generation, change.step)),
-            Ok(false) => {}
-            Err(e) => tracing::warn!(
-                "etcd cluster change ({} of {} -> {}): {e}; again shortly",
-                change.step,
-                change.removed,
-                change.added
-            ),
+        let known = shared
+            .view()
+            .etcd_ids
+            .as_ref()
+            .is_some_and(|(g, ids)| *g == duty.generation && ids.len() == duty.peers.len());
+        if !known {
+            match super::etcd_membership::ids(client, &duty, scheme).await {
+                Ok(ids) => shared.view().etcd_ids = Some((duty.generation, ids)),
+                Err(e) => tracing::debug!("etcd member list: {e}; again shortly"),
+            }
         }
     }
 }
@@ -847,7 +871,7 @@ async fn front(
     target: &Target,
     shared: &Shared,
     mut replica: ReplicaHandle,
-    change: watch::Receiver<Option<PendingChange>>,
+    change: watch::Receiver<Option<ClusterDuty>>,
     deadline: &mut watch::Receiver<u64>,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<Ending, InstanceError> {
@@ -1030,7 +1054,7 @@ async fn behind_gate(
                 set_healthy(shared, ok);
             }
             _ = change_tick.tick(), if fronts_replica => {
-                backend.carry_out_change(&client, shared, runtime.peer_scheme()).await;
+                backend.keep_cluster(&client, shared, runtime.peer_scheme()).await;
             }
         }
     };

@@ -2,15 +2,20 @@
 //! change ([`PendingChange`]) with etcd's membership API. Every step first looks at the
 //! member list, so doing it twice (a retry, a new host, a new leader) changes nothing:
 //!
-//! - `removing`: the lost member (by name, or by peer URL when it never started) is removed
-//!   if etcd still lists it;
+//! - `removing`: the lost member (by the etcd id the ring recorded, by name, or by peer URL
+//!   when it never started) is removed if etcd still lists it;
 //! - `adding`: the spare's peer URL is added as a learner unless etcd lists it already; its
 //!   etcd member is started only after this step was committed;
 //! - `catching-up`: the learner is promoted; etcd refuses until it caught up with the leader,
 //!   and the step is tried again at the next tick;
-//! - `forcing` (an operator's recovery): done once etcd lists the host's member alone.
+//! - `forcing` (an operator's recovery): done once etcd lists the host's member alone, with its
+//!   peer URL (a member restored from backup gets it with `MemberUpdate`).
+//!
+//! [`ids`] reads etcd's ids of the cluster's members, for the ring to record.
 
-use super::workload::PendingChange;
+use std::collections::BTreeMap;
+
+use super::workload::{ClusterDuty, PendingChange};
 use crate::backup::etcd::{EtcdClient, EtcdError, EtcdMember};
 use crate::core::etcd_cluster::EtcdChangeStep;
 
@@ -34,7 +39,8 @@ pub(super) async fn carry_out(
         EtcdChangeStep::Removing => {
             let gone = members
                 .iter()
-                .find(|m| m.name == change.removed)
+                .find(|m| change.removed_etcd_id != 0 && m.id == change.removed_etcd_id)
+                .or_else(|| members.iter().find(|m| m.name == change.removed))
                 .or_else(|| find_url(&removed_url));
             if let Some(member) = gone {
                 tracing::info!(
@@ -59,13 +65,29 @@ pub(super) async fn carry_out(
         }
         EtcdChangeStep::Forcing => {
             // Done once etcd lists this member alone (it answered a linearizable read already:
-            // the front end got this far).
+            // the front end got this far), advertising its peer address: one restored from
+            // backup was restored with a loopback one (the restore's replay runs it alone on
+            // loopback), which is put right here first.
             let alone = members.len() == 1
                 && (members[0].name == change.added || members[0].peer_urls.contains(&added_url));
-            if alone {
-                tracing::info!("the etcd cluster runs again as {} alone", change.added);
+            if !alone {
+                return Ok(false);
             }
-            Ok(alone)
+            if !members[0].peer_urls.contains(&added_url) {
+                tracing::info!(
+                    "etcd member {} ({:x}) advertises {:?}; setting its peer URL to {added_url}",
+                    change.added,
+                    members[0].id,
+                    members[0].peer_urls
+                );
+                client
+                    .member_update(members[0].id, std::slice::from_ref(&added_url))
+                    .await?;
+                // Checked again at the next attempt.
+                return Ok(false);
+            }
+            tracing::info!("the etcd cluster runs again as {} alone", change.added);
+            Ok(true)
         }
         EtcdChangeStep::CatchingUp => match find_url(&added_url) {
             None => {
@@ -93,4 +115,23 @@ pub(super) async fn carry_out(
             },
         },
     }
+}
+
+/// etcd's ids of the members of `duty`'s cluster that etcd lists, by ring member (found by
+/// peer URL: a learner that never started has no name yet).
+pub(super) async fn ids(
+    client: &EtcdClient,
+    duty: &ClusterDuty,
+    scheme: &str,
+) -> Result<BTreeMap<String, u64>, EtcdError> {
+    let members = client.member_list().await?;
+    Ok(duty
+        .peers
+        .iter()
+        .filter_map(|(ring_member, peer)| {
+            let url = format!("{scheme}://{peer}");
+            let listed = members.iter().find(|m| m.peer_urls.contains(&url))?;
+            Some((ring_member.clone(), listed.id))
+        })
+        .collect())
 }

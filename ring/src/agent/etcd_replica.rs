@@ -31,8 +31,10 @@ use super::etcd_runtime::EtcdRuntime;
 use super::lease::lease_runs_out;
 use super::workload::{Guard, ReplicaTarget};
 use crate::backup::etcd::{EtcdClient, EtcdClientOptions};
+use crate::backup::location::BackupLocation;
+use crate::backup::restore::{RestoreOptions, RestoreTool, restore_newest};
 use crate::core::etcd_cluster::ReplicaKey;
-use crate::time::monotonic_ms;
+use crate::time::{monotonic_ms, unix_ms};
 
 /// First wait before etcd is started again after it exited, in ms.
 const FIRST_RESTART_BACKOFF_MS: u64 = 200;
@@ -258,6 +260,9 @@ async fn etcd_argv(
             .create(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
+    if fresh && let Some(url) = &target.restore_from {
+        restore_from_backup(runtime, target, url, &dir).await?;
+    }
     let client_port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -322,6 +327,62 @@ async fn etcd_argv(
         tracing::info!(dir = %data.display(), "a new etcd member: joins its cluster empty");
     }
     Ok((argv, client))
+}
+
+/// An operator's recovery from backup: `dir/etcd`, new, is restored from the newest full
+/// snapshot at `url` and the deltas after it, as a cluster of this member alone. Restored
+/// into `dir/restoring` and renamed into place, so a failed restore leaves nothing etcd would
+/// start on (the next attempt begins again). The member is restored with a loopback peer URL
+/// (the replay of the deltas runs it alone on loopback, without peer TLS); the host sets its
+/// real one with `MemberUpdate` before the recovery is done (`etcd_membership`).
+async fn restore_from_backup(
+    runtime: &EtcdRuntime,
+    target: &ReplicaTarget,
+    url: &str,
+    dir: &std::path::Path,
+) -> Result<(), String> {
+    let location = BackupLocation::parse(url, &runtime.backup)
+        .map_err(|e| format!("backup location {url}: {e}"))?;
+    let restoring = dir.join("restoring");
+    match std::fs::remove_dir_all(&restoring) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot remove {}: {e}", restoring.display())),
+    }
+    std::fs::create_dir_all(&restoring)
+        .map_err(|e| format!("cannot create {}: {e}", restoring.display()))?;
+    let tool = RestoreTool::detect(&runtime.bin_dir).map_err(|e| e.to_string())?;
+    let peer_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("cannot find a free port on 127.0.0.1: {e}"))?;
+    let options = RestoreOptions {
+        data_dir: restoring.join("etcd"),
+        member_name: target.member.clone(),
+        peer_url: format!("http://127.0.0.1:{peer_port}"),
+        tool,
+        now_unix_s: unix_ms() / 1000,
+        tool_timeout_ms: runtime.settings.restore_timeout_ms,
+        only: None,
+        replay_with: Some(runtime.bin_dir.join("etcd")),
+    };
+    tracing::warn!("restoring this etcd member's data from the newest backups in {url}");
+    let restored = restore_newest(&location.store(), location.prefix(), &options)
+        .await
+        .map_err(|e| format!("restore from {url}: {e}"))?;
+    tracing::warn!(
+        "restored {} and {} delta(s) to revision {} from {url} (newest {}, created at {} s): \
+         writes after it are lost",
+        restored.snapshot,
+        restored.deltas.len(),
+        restored.revision,
+        restored.newest_applied(),
+        restored.created_unix_s
+    );
+    std::fs::rename(restoring.join("etcd"), dir.join("etcd"))
+        .map_err(|e| format!("cannot move the restored data into {}: {e}", dir.display()))?;
+    let _ = std::fs::remove_dir(&restoring);
+    Ok(())
 }
 
 /// `<data_root>/<control plane>/member-<joined>`.

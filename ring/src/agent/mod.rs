@@ -18,6 +18,7 @@ mod workload;
 
 pub use lease::OwnLease;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,6 +71,16 @@ pub struct Agent {
     timing: Timing,
     last_error: Option<String>,
     own: Arc<OwnLease>,
+    /// The last grant, and the leader's applied index it was read at.
+    granted: Option<(u64, Grant)>,
+    /// What the last renewal reported healthy.
+    reported_healthy: BTreeMap<String, u64>,
+    /// Renew again at once: something stopped in the last round (the leader learns of the
+    /// release now, not a renewal interval later).
+    again: bool,
+    /// A grant could not be acted on because this member's state had not applied it yet:
+    /// renew again as soon as it applies more.
+    deferred: bool,
 }
 
 impl Agent {
@@ -97,7 +108,31 @@ impl Agent {
             timing,
             last_error: None,
             own: Arc::default(),
+            granted: None,
+            reported_healthy: BTreeMap::new(),
+            again: false,
+            deferred: false,
         }
+    }
+
+    /// Whether the applied state grants this member something other than the last grant
+    /// (a move committed, a fence released), once it has applied at least as far as the
+    /// leader had when it answered; or a grant waits for this member's state to catch up.
+    fn state_moved_on(&self) -> bool {
+        let Some((index, last)) = &self.granted else {
+            return false;
+        };
+        self.deferred
+            || self.state.read(|a| {
+                a.applied_index() >= *index
+                    && (a.state.grants(&self.name) != last.control_planes
+                        || a.state.replica_grants(&self.name) != last.replicas)
+            })
+    }
+
+    /// Whether an etcd front end's health changed since the last renewal reported it.
+    fn health_moved_on(&self) -> bool {
+        self.workloads.etcd_health_changed(&self.reported_healthy)
     }
 
     /// This member's own lease, as the agent last renewed it.
@@ -134,16 +169,19 @@ impl Agent {
 
     /// One round: renew, then act on the grant.
     pub async fn round(&mut self) {
+        self.again = false;
+        self.deferred = false;
         let running = self.workloads.running().await;
         let healthy = self.workloads.healthy().await;
         let sent_at_ms = monotonic_ms();
         let reply = self
             .renew(RenewRequest {
                 running: running.clone(),
-                healthy,
+                healthy: healthy.clone(),
                 migrations: self.workloads.migrations(),
                 backups: self.workloads.backups(&running),
                 etcd_changes: self.workloads.etcd_changes(),
+                etcd_ids: self.workloads.etcd_ids(),
             })
             .await;
         let reply = match reply {
@@ -164,12 +202,14 @@ impl Agent {
                 return;
             }
         };
+        self.reported_healthy = healthy;
         let grant = Grant {
             sent_at_ms,
             lease_ms: reply.lease_ms.min(self.timing.lease_ms),
             control_planes: reply.granted,
             replicas: reply.replicas,
         };
+        self.granted = Some((reply.applied_index, grant.clone()));
         if grant.deadline_ms() <= monotonic_ms() {
             // The answer came too late to be of use.
             return;
@@ -184,7 +224,9 @@ impl Agent {
         for action in replica_starts {
             self.act_on_replica(action);
         }
-        for action in reconcile(&mut self.memory, &grant, &running) {
+        let actions = reconcile(&mut self.memory, &grant, &running);
+        self.again = actions.iter().any(|a| matches!(a, Action::Stop { .. }));
+        for action in actions {
             // Each action is about one control plane at one epoch: its lines say which.
             let span = match &action {
                 Action::Stop { name, epoch }
@@ -199,10 +241,8 @@ impl Agent {
             self.act_on_replica(action);
         }
         // The hosts of zone-tolerant control planes carry out their clusters' changes.
-        let changes = self
-            .state
-            .read(|a| self.workloads.pending_etcd_changes(&a.state));
-        self.workloads.set_etcd_changes(changes);
+        let duties = self.state.read(|a| self.workloads.cluster_duties(&a.state));
+        self.workloads.set_cluster_duties(duties);
     }
 
     fn act_on_replica(&mut self, action: ReplicaAction) {
@@ -223,10 +263,13 @@ impl Agent {
                     .read(|a| ReplicaTarget::from_state(&a.state, &self.name, &name, key));
                 match target {
                     Some(target) => self.workloads.start_replica(target, deadline_ms),
-                    None => tracing::debug!(
-                        control_plane = %name,
-                        "etcd member granted before applied here; starting next round"
-                    ),
+                    None => {
+                        tracing::debug!(
+                            control_plane = %name,
+                            "etcd member granted before applied here; starting next round"
+                        );
+                        self.deferred = true;
+                    }
                 }
             }
         }
@@ -249,8 +292,9 @@ impl Agent {
                     .state
                     .read(|a| Target::from_state(&a.state, &self.name, &name, epoch));
                 let Some(target) = target else {
-                    // The grant is ahead of this member's applied state: next round.
+                    // The grant is ahead of this member's applied state: once it applied more.
                     tracing::debug!("granted before applied here; starting next round");
+                    self.deferred = true;
                     return;
                 };
                 if let Err(e) = self.workloads.start(target, deadline_ms).await {
@@ -279,10 +323,38 @@ pub async fn run(mut agent: Agent, mut stopped: watch::Receiver<bool>) {
     }
     let mut tick = tokio::time::interval(agent.renew_interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut applied = agent.state.watch_applied();
+    let mut health = tokio::time::interval(Duration::from_millis(HEALTH_POLL_MS));
+    health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
-            _ = tick.tick() => agent.round().await,
+        // Renewals happen every renew interval, and also at once when they carry news either
+        // way: the applied state grants something new (a move committed, a fence released),
+        // something stopped (the leader learns of the release), a front end's health changed
+        // (the leader learns that a new host serves). At rest none of these happen, so the
+        // leader sees no more renewals than the interval gives.
+        let renew = tokio::select! {
+            _ = tick.tick() => true,
+            changed = applied.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                agent.state_moved_on()
+            }
+            _ = health.tick() => agent.health_moved_on(),
             _ = async { let _ = stopped.wait_for(|s| *s).await; } => return,
+        };
+        if !renew {
+            continue;
+        }
+        tick.reset();
+        agent.round().await;
+        if agent.again {
+            // Once: what stopped in that round is not running any more.
+            agent.round().await;
         }
     }
 }
+
+/// How often the agent looks at its etcd front ends' health between renewals, ms (a read of
+/// a flag each).
+const HEALTH_POLL_MS: u64 = 20;

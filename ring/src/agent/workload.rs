@@ -2,6 +2,7 @@
 //! from the applied state), the `ring-guard` process that stops it at the lease deadline
 //! whatever `ringd` does ([`Guard`]), and why a driver action failed ([`DriverError`]).
 
+use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -124,16 +125,14 @@ pub struct PendingChange {
     pub added: String,
     /// Its peer address (`host:port`).
     pub added_peer: String,
+    /// etcd's id of the member that goes, if the ring recorded it (0: find it by name or peer
+    /// URL).
+    pub removed_etcd_id: u64,
 }
 
 impl PendingChange {
-    /// The step `state` has `member` carry out for control plane `name`, if it hosts it.
-    pub fn from_state(state: &RingState, member: &str, name: &str) -> Option<Self> {
-        let cp = state.control_planes.get(name)?;
-        if cp.host.as_deref() != Some(member) {
-            return None;
-        }
-        let cluster = cp.etcd.as_ref()?;
+    /// The step of `cluster`'s change, if one is in progress.
+    fn of(cluster: &EtcdCluster) -> Option<Self> {
         let change = cluster.change.as_ref()?;
         Some(Self {
             generation: cluster.generation,
@@ -145,6 +144,41 @@ impl PendingChange {
                 .member(&change.added)
                 .map(|m| m.peer.clone())
                 .unwrap_or_default(),
+            removed_etcd_id: change.removed_etcd_id,
+        })
+    }
+}
+
+/// What the host of a zone-tolerant control plane does for its etcd cluster: carry out the
+/// step of its change, if one is in progress, and read etcd's ids of its members (for the
+/// ring to record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterDuty {
+    /// The cluster's generation.
+    pub generation: u64,
+    /// Ring member -> its etcd member's peer address (`host:port`).
+    pub peers: BTreeMap<String, String>,
+    /// The step of its change to carry out.
+    pub change: Option<PendingChange>,
+}
+
+impl ClusterDuty {
+    /// The duty `state` gives `member` for control plane `name`, if it hosts it and it is
+    /// zone-tolerant.
+    pub fn from_state(state: &RingState, member: &str, name: &str) -> Option<Self> {
+        let cp = state.control_planes.get(name)?;
+        if cp.host.as_deref() != Some(member) {
+            return None;
+        }
+        let cluster = cp.etcd.as_ref()?;
+        Some(Self {
+            generation: cluster.generation,
+            peers: cluster
+                .members
+                .iter()
+                .map(|m| (m.member.clone(), m.peer.clone()))
+                .collect(),
+            change: PendingChange::of(cluster),
         })
     }
 }
@@ -159,6 +193,9 @@ pub struct ReplicaTarget {
     pub key: ReplicaKey,
     /// Start with `--force-new-cluster` (an operator's recovery from this member's data).
     pub force_new_cluster: bool,
+    /// Restore a new data directory from the newest backups at this location (URL) first (an
+    /// operator's recovery from backup).
+    pub restore_from: Option<String>,
     /// The etcd cluster (its members and their peer addresses, its token).
     pub cluster: EtcdCluster,
     /// This member's name: its etcd member's name.
@@ -183,6 +220,7 @@ impl ReplicaTarget {
             name: name.to_string(),
             key,
             force_new_cluster: own.force_new_cluster,
+            restore_from: own.restore_from.clone(),
             peer: own.peer.clone(),
             member: member.to_string(),
             cluster: cluster.clone(),

@@ -523,6 +523,20 @@ impl EtcdClient {
         Ok(())
     }
 
+    /// Sets the peer URLs of member `id` to `peer_urls`.
+    pub async fn member_update(&self, id: u64, peer_urls: &[String]) -> Result<(), EtcdError> {
+        let mut client = self.cluster.clone();
+        self.unary(
+            "MemberUpdate",
+            client.member_update(self.request(etcdpb::MemberUpdateRequest {
+                id,
+                peer_ur_ls: peer_urls.to_vec(),
+            })),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Promotes learner `id`; etcd refuses until it caught up with the leader.
     pub async fn member_promote(&self, id: u64) -> Result<(), EtcdError> {
         let mut client = self.cluster.clone();

@@ -126,6 +126,11 @@ pub struct RenewRequest {
     #[serde(default)]
     pub etcd_changes:
         std::collections::BTreeMap<String, (u64, crate::core::etcd_cluster::EtcdChangeStep)>,
+    /// Of those (zone-tolerant ones it hosts), etcd's ids of the cluster's members as it last
+    /// listed them: control plane -> (cluster generation, ring member -> etcd member id).
+    #[serde(default)]
+    pub etcd_ids:
+        std::collections::BTreeMap<String, (u64, std::collections::BTreeMap<String, u64>)>,
 }
 
 /// The leader's answer to a [`RenewRequest`].

@@ -350,17 +350,25 @@ enum CpCmd {
         reason: String,
     },
     /// Recover a zone-tolerant control plane whose etcd cluster lost its quorum (`cp get`
-    /// shows `etcd: no-quorum`). The ring never does this by itself: the cluster restarts from
-    /// one surviving member's data alone (etcd --force-new-cluster), so writes the cluster
-    /// acknowledged that this member had not received are lost; it then grows back to three
-    /// members on spares. Only from the control plane's host (a lost host's control plane
-    /// moves to a surviving etcd member by itself). Try --dry-run first.
+    /// shows `etcd: no-quorum`). The ring never does this by itself. With --from-member the
+    /// cluster restarts from one surviving member's data alone (etcd --force-new-cluster), so
+    /// writes the cluster acknowledged that this member had not received are lost (usually
+    /// the last few, or none). With --from-backup (when that member's data is lost or
+    /// suspect) it starts on a new data directory restored from the newest full and delta
+    /// snapshots, so writes after the newest delta are lost (about one delta period). Either
+    /// way it then grows back to three members on spares. Only on the control plane's host (a
+    /// lost host's control plane moves to a surviving etcd member by itself). Try --dry-run
+    /// first.
     Recover {
         /// Control plane name.
         name: String,
-        /// The surviving member whose etcd data the cluster restarts from.
-        #[arg(long = "from-member", value_name = "MEMBER")]
+        /// The surviving member (the host) whose etcd data the cluster restarts from; with
+        /// --from-backup, the member it is restored on (default: the host).
+        #[arg(long = "from-member", value_name = "MEMBER", default_value = "")]
         from_member: String,
+        /// Restore from the newest backups instead of the member's data.
+        #[arg(long = "from-backup")]
+        from_backup: bool,
         /// Only check, and say what would happen and what would be lost.
         #[arg(long)]
         dry_run: bool,
@@ -893,9 +901,17 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Cmd::ControlPlane(CpCmd::Recover {
             name,
             from_member,
+            from_backup,
             dry_run,
             reason,
         }) => {
+            if from_member.is_empty() && !from_backup {
+                return Err(Failure(
+                    "cp recover needs --from-member MEMBER (restart from that member's etcd data) \
+                     or --from-backup (restore from the newest backups); try --dry-run first"
+                        .into(),
+                ));
+            }
             let r = rpc!(
                 client,
                 control_plane_recover,
@@ -903,7 +919,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     name,
                     from_member,
                     dry_run,
-                    reason
+                    reason,
+                    from_backup
                 }
             )?;
             print(out, &r, |r| {

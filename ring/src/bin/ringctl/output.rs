@@ -137,7 +137,15 @@ pub fn control_plane(cp: &pb::ControlPlane) -> String {
         for m in &etcd.members {
             let mark = if m.member == cp.host { "  <- host" } else { "" };
             let learner = if m.learner { " (learner)" } else { "" };
-            out.push_str(&format!("\n  {}: peer {}{learner}{mark}", m.member, m.peer));
+            let id = if m.etcd_id == 0 {
+                "id not known yet".to_string()
+            } else {
+                format!("id {:x}", m.etcd_id)
+            };
+            out.push_str(&format!(
+                "\n  {}: peer {}, {id}{learner}{mark}",
+                m.member, m.peer
+            ));
         }
         if !etcd.change.is_empty() {
             out.push_str(&format!("\n  replacing: {}", etcd.change));
