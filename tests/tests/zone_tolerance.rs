@@ -114,6 +114,25 @@ async fn put_retrying(cp: &pb::ControlPlane, key: &str) {
     .await;
 }
 
+/// Registers zone-tolerant control plane `name` hosted on a, with an endpoint and an etcd peer
+/// address on fresh loopback ports on each of `members`.
+async fn add_zone_tolerant_on(ring: &Ring, name: &str, members: &[&str]) {
+    let ports = Ports::reserve(members.len() * 2);
+    let numbers = ports.numbers();
+    ports.release();
+    let at = |offset: usize| -> BTreeMap<String, String> {
+        members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.to_string(), format!("127.0.0.1:{}", numbers[offset + i])))
+            .collect()
+    };
+    let mut req = zone_tolerant(ring, name, "a");
+    req.endpoints = at(0);
+    req.etcd_peers = at(members.len());
+    add_control_plane(&ring.client(), req).await.unwrap();
+}
+
 /// What a writer saw: the keys acknowledged, and the longest stretch without an
 /// acknowledgement while it wrote (the endpoint's outage as a client lives it).
 struct Written {
@@ -359,20 +378,7 @@ async fn a_member_lost_long_enough_is_replaced_on_a_spare_in_another_zone() {
     let ring = ring_with_spares(&["d"], 2_000).await;
 
     // Endpoints and etcd peers on all four; the cluster goes on a, b, c (d is the spare).
-    let ports = Ports::reserve(8);
-    let numbers = ports.numbers();
-    ports.release();
-    let four = ["a", "b", "c", "d"];
-    let at = |offset: usize| -> BTreeMap<String, String> {
-        four.iter()
-            .enumerate()
-            .map(|(i, m)| (m.to_string(), format!("127.0.0.1:{}", numbers[offset + i])))
-            .collect()
-    };
-    let mut req = zone_tolerant(&ring, "zt3", "a");
-    req.endpoints = at(0);
-    req.etcd_peers = at(4);
-    add_control_plane(&ring.client(), req).await.unwrap();
+    add_zone_tolerant_on(&ring, "zt3", &["a", "b", "c", "d"]).await;
     let cp = running(&ring, &[0, 1, 2, 3], "zt3", &["a"]).await;
     let members = |cp: &pb::ControlPlane| -> Vec<String> {
         cp.etcd
@@ -493,20 +499,7 @@ async fn an_operator_recovers_a_cluster_without_quorum_from_its_host_and_it_grow
     // Five members: the ring keeps its quorum when two of the cluster's zones die.
     let ring = ring_with_spares(&["d", "e"], 300_000).await;
 
-    let ports = Ports::reserve(10);
-    let numbers = ports.numbers();
-    ports.release();
-    let five = ["a", "b", "c", "d", "e"];
-    let at = |offset: usize| -> BTreeMap<String, String> {
-        five.iter()
-            .enumerate()
-            .map(|(i, m)| (m.to_string(), format!("127.0.0.1:{}", numbers[offset + i])))
-            .collect()
-    };
-    let mut req = zone_tolerant(&ring, "zt4", "a");
-    req.endpoints = at(0);
-    req.etcd_peers = at(5);
-    add_control_plane(&ring.client(), req).await.unwrap();
+    add_zone_tolerant_on(&ring, "zt4", &["a", "b", "c", "d", "e"]).await;
     let survivors = [0, 3, 4];
     let cp = running(&ring, &survivors, "zt4", &["a"]).await;
     let members = |cp: &pb::ControlPlane| -> Vec<String> {
@@ -628,20 +621,7 @@ async fn an_operator_recovers_a_cluster_without_quorum_from_its_host_and_it_grow
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_recovers_a_cluster_without_quorum_from_its_backups() {
     let ring = ring_with_spares(&["d", "e"], 300_000).await;
-    let ports = Ports::reserve(10);
-    let numbers = ports.numbers();
-    ports.release();
-    let five = ["a", "b", "c", "d", "e"];
-    let at = |offset: usize| -> BTreeMap<String, String> {
-        five.iter()
-            .enumerate()
-            .map(|(i, m)| (m.to_string(), format!("127.0.0.1:{}", numbers[offset + i])))
-            .collect()
-    };
-    let mut req = zone_tolerant(&ring, "zt5", "a");
-    req.endpoints = at(0);
-    req.etcd_peers = at(5);
-    add_control_plane(&ring.client(), req).await.unwrap();
+    add_zone_tolerant_on(&ring, "zt5", &["a", "b", "c", "d", "e"]).await;
     let survivors = [0, 3, 4];
     let cp = running(&ring, &survivors, "zt5", &["a"]).await;
     let mut written = Vec::new();

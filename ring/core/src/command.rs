@@ -602,33 +602,14 @@ impl Command {
                 generation,
                 from: member,
                 ..
-            } => {
-                require("control plane name", name, check_label)?;
-                require("member name", member, check_label)?;
-                if *generation == 0 {
-                    return Err(CommandError::invalid(
-                        "generation",
-                        "0",
-                        "must be at least 1",
-                    ));
-                }
-                Ok(())
-            }
+            } => check_etcd_cluster_command(name, member, *generation),
             Command::RecordEtcdIds {
                 name,
                 generation,
                 member,
                 ids,
             } => {
-                require("control plane name", name, check_label)?;
-                require("member name", member, check_label)?;
-                if *generation == 0 {
-                    return Err(CommandError::invalid(
-                        "generation",
-                        "0",
-                        "must be at least 1",
-                    ));
-                }
+                check_etcd_cluster_command(name, member, *generation)?;
                 if ids.is_empty() {
                     return Err(CommandError::invalid("etcd ids", "", "must name a member"));
                 }
@@ -697,4 +678,22 @@ pub fn check_preference(entry: &str) -> Result<(), Invalid> {
         }
         None => check_label(entry),
     }
+}
+
+/// The names and the generation of a command about an etcd cluster, from its host.
+fn check_etcd_cluster_command(
+    name: &str,
+    member: &str,
+    generation: u64,
+) -> Result<(), CommandError> {
+    require("control plane name", name, check_label)?;
+    require("member name", member, check_label)?;
+    if generation == 0 {
+        return Err(CommandError::invalid(
+            "generation",
+            "0",
+            "must be at least 1",
+        ));
+    }
+    Ok(())
 }

@@ -335,13 +335,19 @@ mod tests {
         cluster.names().collect()
     }
 
-    #[test]
-    fn a_recovery_from_backup_restores_on_a_new_data_directory_from_where_the_last_host_wrote() {
+    /// The test ring with zone-tolerant control plane x hosted and running on a.
+    fn x_running_on_a() -> (Ring, Observations) {
         let mut ring = Ring::new();
         ring.add_zone_tolerant("x", Some("a")).unwrap();
         let mut obs = Observations::default();
         obs.serving.insert(("x".into(), 1, "a".into()));
         ring.run(&mut obs);
+        (ring, obs)
+    }
+
+    #[test]
+    fn a_recovery_from_backup_restores_on_a_new_data_directory_from_where_the_last_host_wrote() {
+        let (mut ring, mut obs) = x_running_on_a();
         assert_eq!(ring.cp("x").phase, Phase::Running);
         // a and b lost: the host moves to c, which cannot serve without a quorum.
         ring.lose(1);
@@ -400,11 +406,7 @@ mod tests {
 
     #[test]
     fn the_hosts_etcd_ids_are_recorded_once_and_a_removed_members_id_goes_with_the_change() {
-        let mut ring = Ring::new();
-        ring.add_zone_tolerant("x", Some("a")).unwrap();
-        let mut obs = Observations::default();
-        obs.serving.insert(("x".into(), 1, "a".into()));
-        ring.run(&mut obs);
+        let (mut ring, mut obs) = x_running_on_a();
         let ids = |pairs: &[(&str, u64)]| -> std::collections::BTreeMap<String, u64> {
             pairs.iter().map(|(m, id)| (m.to_string(), *id)).collect()
         };
@@ -546,11 +548,7 @@ mod tests {
 
     #[test]
     fn a_lost_host_moves_to_a_surviving_etcd_member_and_a_lost_replica_moves_nothing() {
-        let mut ring = Ring::new();
-        ring.add_zone_tolerant("x", Some("a")).unwrap();
-        let mut obs = Observations::default();
-        obs.serving.insert(("x".into(), 1, "a".into()));
-        ring.run(&mut obs);
+        let (mut ring, mut obs) = x_running_on_a();
         assert_eq!(ring.cp("x").phase, Phase::Running);
         let cluster = ring.cp("x").etcd.clone().unwrap();
         assert_eq!(names(&cluster), vec!["a", "b", "c"]);
@@ -582,12 +580,7 @@ mod tests {
 
     #[test]
     fn a_member_lost_long_enough_is_replaced_on_a_spare_step_by_step() {
-        use crate::controller::Observations;
-        let mut ring = Ring::new();
-        ring.add_zone_tolerant("x", Some("a")).unwrap();
-        let mut obs = Observations::default();
-        obs.serving.insert(("x".into(), 1, "a".into()));
-        ring.run(&mut obs);
+        let (mut ring, mut obs) = x_running_on_a();
         // c (zone zc) is lost; d is in zc too, which the others (za, zb) do not use.
         ring.lose(3);
         obs.now_ms = 1_000;
@@ -685,7 +678,6 @@ mod tests {
 
     #[test]
     fn a_lost_member_without_a_spare_in_a_free_zone_is_not_replaced() {
-        use crate::controller::Observations;
         let mut ring = Ring::new();
         // d (zc), a, b: c is in zc with d, so it cannot replace a or b.
         ring.add_zone_tolerant("x", Some("d")).unwrap();
@@ -710,12 +702,7 @@ mod tests {
 
     #[test]
     fn an_operator_recovers_a_cluster_without_quorum_from_its_host_and_it_grows_back() {
-        use crate::controller::Observations;
-        let mut ring = Ring::new();
-        ring.add_zone_tolerant("x", Some("a")).unwrap();
-        let mut obs = Observations::default();
-        obs.serving.insert(("x".into(), 1, "a".into()));
-        ring.run(&mut obs);
+        let (mut ring, mut obs) = x_running_on_a();
         let recover = |from: &str, generation| Command::RecoverEtcdCluster {
             name: "x".into(),
             from: from.into(),
