@@ -302,6 +302,23 @@ impl Sources {
             }
             let _ = writeln!(
                 out,
+                "# HELP garden_ring_control_plane_etcd_health 1 for how the etcd cluster of a zone-tolerant control plane stands: whole, degraded (a majority up) or no-quorum (an operator recovers it).\n# TYPE garden_ring_control_plane_etcd_health gauge"
+            );
+            for cp in state.control_planes.values() {
+                let Some(health) = state.etcd_health(cp) else {
+                    continue;
+                };
+                for word in ["whole", "degraded", "no-quorum"] {
+                    let _ = writeln!(
+                        out,
+                        "garden_ring_control_plane_etcd_health{{control_plane=\"{}\",health=\"{word}\"}} {}",
+                        cp.name,
+                        u8::from(health.word() == word)
+                    );
+                }
+            }
+            let _ = writeln!(
+                out,
                 "# HELP garden_ring_control_plane_epoch The control plane's fencing epoch.\n# TYPE garden_ring_control_plane_epoch gauge"
             );
             for cp in state.control_planes.values() {

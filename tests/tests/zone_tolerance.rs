@@ -11,7 +11,7 @@ use garden_ring::config::BackupSettings;
 use garden_ring::pb;
 use garden_ring_tests::etcd::{driver_with_deltas, fast};
 use garden_ring_tests::{
-    Ports, Ring, RingOptions, add_control_plane, cps, eventually, wait_all_healthy,
+    Ports, Ring, RingOptions, add_control_plane, cps, eventually, http_get, wait_all_healthy,
 };
 use tokio::sync::watch;
 
@@ -350,9 +350,13 @@ async fn ring_with_spares(spares: &[&str], replace_after_ms: u64) -> Ring {
         ..RingOptions::default()
     });
     let joiners: Vec<usize> = (4..).take(spares.len()).map(|id| ring.joiner(id)).collect();
-    for p in &mut ring.procs {
+    let ports = Ports::reserve(ring.procs.len());
+    let numbers = ports.numbers();
+    ports.release();
+    for (p, port) in ring.procs.iter_mut().zip(numbers) {
         p.config.backup = BackupSettings::default();
         p.config.placement.etcd_replace_after_ms = replace_after_ms;
+        p.config.metrics.listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
     }
     for i in 0..3 {
         ring.procs[i].spawn();
@@ -538,6 +542,19 @@ async fn an_operator_recovers_a_cluster_without_quorum_from_its_host_and_it_grow
         out.contains("etcd:     no-quorum (1 of 3 members up; down: b, c)"),
         "{out}"
     );
+    // And /metrics, for the alert that pages the operator (GardenRingEtcdClusterNoQuorum).
+    let metrics = ring.procs[0].config.metrics.listen.unwrap();
+    let health_is = |health: &'static str| async move {
+        let line = format!(
+            "garden_ring_control_plane_etcd_health{{control_plane=\"zt4\",health=\"{health}\"}} 1"
+        );
+        eventually(Duration::from_secs(10), &line, || async {
+            let (_, body) = http_get(metrics, "/metrics")?;
+            body.contains(&line).then_some(())
+        })
+        .await;
+    };
+    health_is("no-quorum").await;
 
     // What an operator can do, checked first.
     let dry = ring_ringctl(
@@ -589,6 +606,7 @@ async fn an_operator_recovers_a_cluster_without_quorum_from_its_host_and_it_grow
     )
     .await;
     let took = recovered_at.elapsed();
+    health_is("whole").await;
     let etcd = etcd_at(&whole, "a").await;
     eventually(
         Duration::from_secs(10),
