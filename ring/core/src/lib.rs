@@ -44,6 +44,7 @@ pub mod agent;
 pub mod backup_chain;
 pub mod backup_name;
 pub mod backup_report;
+pub mod backup_retention;
 pub mod command;
 pub mod control_plane;
 pub mod controller;
