@@ -613,8 +613,6 @@ async fn drive(
             }
         }
     }
-    // The ring's own record of what it did, with the leader's timestamps.
-    let detect_ms = ring_events(world, fault_unix_ms, fault_ms, &victim, timeline).await;
     // A little more writing at the new hosts, then stop.
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     let _ = stop.send(true);
@@ -687,6 +685,9 @@ async fn drive(
             Err(e) => failures.push(format!("{e:#}")),
         }
     }
+    // The ring's own record of what it did, with the leader's timestamps (read last, so the
+    // repair's steps are on the timeline too).
+    let detect_ms = ring_events(world, fault_unix_ms, fault_ms, &victim, timeline).await;
 
     if matches!(scenario.fault, Fault::RollingRestart | Fault::FlappingLink) {
         let epochs: BTreeMap<&str, u64> = before
