@@ -210,10 +210,17 @@ impl RingState {
     /// What member `name` may serve now: its control planes in `Starting` or `Running`, with
     /// their epochs. A lease granted by the leader covers exactly these.
     pub fn grants(&self, name: &str) -> BTreeMap<String, u64> {
+        self.grants_iter(name)
+            .map(|(cp, epoch)| (cp.to_string(), epoch))
+            .collect()
+    }
+
+    /// [`grants`](RingState::grants) in name order, without copying (an agent compares them
+    /// with its last grant at every applied index).
+    pub fn grants_iter<'a>(&'a self, name: &str) -> impl Iterator<Item = (&'a str, u64)> + 'a {
         self.hosted(name)
             .filter(|cp| matches!(cp.phase, Phase::Starting | Phase::Running))
-            .map(|cp| (cp.name.clone(), cp.epoch))
-            .collect()
+            .map(|cp| (cp.name.as_str(), cp.epoch))
     }
 
     /// The etcd members the member named `name` runs: zone-tolerant control plane -> which
@@ -225,13 +232,22 @@ impl RingState {
     ///
     /// [`grants`]: RingState::grants
     pub fn replica_grants(&self, name: &str) -> BTreeMap<String, ReplicaKey> {
+        self.replica_grants_iter(name)
+            .map(|(cp, key)| (cp.to_string(), key))
+            .collect()
+    }
+
+    /// [`replica_grants`](RingState::replica_grants) in name order, without copying.
+    pub fn replica_grants_iter<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> impl Iterator<Item = (&'a str, ReplicaKey)> + 'a {
         self.lookup(self.index.replicas.get(name))
-            .filter_map(|cp| {
+            .filter_map(move |cp| {
                 let cluster = cp.etcd.as_ref()?;
                 let member = cluster.member(name).filter(|_| cluster.may_run(name))?;
-                Some((cp.name.clone(), member.key()))
+                Some((cp.name.as_str(), member.key()))
             })
-            .collect()
     }
 
     /// How the etcd cluster of a zone-tolerant control plane stands, as far as the ring can

@@ -642,23 +642,16 @@ fn create_private_dir(dir: &Path) -> Result<(), InstanceError> {
 }
 
 fn remove_dir_if_there(dir: &Path) -> Result<(), InstanceError> {
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(InstanceError::Io {
-            what: "remove",
-            path: dir.to_path_buf(),
-            source,
-        }),
-    }
+    super::etcd_runtime::remove_dir_if_there(dir).map_err(|source| InstanceError::Io {
+        what: "remove",
+        path: dir.to_path_buf(),
+        source,
+    })
 }
 
 /// A free TCP port on loopback (the OS picks it; etcd binds it a moment later).
 fn free_port() -> Result<u16, InstanceError> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(InstanceError::NoPort)
+    super::etcd_runtime::free_port().map_err(InstanceError::NoPort)
 }
 
 async fn resolve(endpoint: &str) -> Result<SocketAddr, InstanceError> {
@@ -828,10 +821,40 @@ impl Backend {
         let Some(duty) = duty.borrow().clone() else {
             return;
         };
-        if let Some(change) = &duty.change
-            && shared.view().etcd_done != Some((change.generation, change.step))
-        {
-            match super::etcd_membership::carry_out(client, change, scheme).await {
+        let change = duty
+            .change
+            .as_ref()
+            .filter(|c| shared.view().etcd_done != Some((c.generation, c.step)));
+        let ids_known = shared
+            .view()
+            .etcd_ids
+            .as_ref()
+            .is_some_and(|(g, ids)| *g == duty.generation && ids.len() == duty.peers.len());
+        if change.is_none() && ids_known {
+            return;
+        }
+        // One member list serves both.
+        let members = match client.member_list().await {
+            Ok(members) => members,
+            Err(e) => {
+                match change {
+                    Some(c) => tracing::warn!(
+                        "etcd cluster change ({} of {} -> {}): {e}; again shortly",
+                        c.step,
+                        c.removed,
+                        c.added
+                    ),
+                    None => tracing::debug!("etcd member list: {e}; again shortly"),
+                }
+                return;
+            }
+        };
+        if !ids_known {
+            let ids = super::etcd_membership::ids(&members, &duty, scheme);
+            shared.view().etcd_ids = Some((duty.generation, ids));
+        }
+        if let Some(change) = change {
+            match super::etcd_membership::carry_out(client, &members, change, scheme).await {
                 Ok(true) => shared.view().etcd_done = Some((change.generation, change.step)),
                 Ok(false) => {}
                 Err(e) => tracing::warn!(
@@ -840,17 +863,6 @@ impl Backend {
                     change.removed,
                     change.added
                 ),
-            }
-        }
-        let known = shared
-            .view()
-            .etcd_ids
-            .as_ref()
-            .is_some_and(|(g, ids)| *g == duty.generation && ids.len() == duty.peers.len());
-        if !known {
-            match super::etcd_membership::ids(client, &duty, scheme).await {
-                Ok(ids) => shared.view().etcd_ids = Some((duty.generation, ids)),
-                Err(e) => tracing::debug!("etcd member list: {e}; again shortly"),
             }
         }
     }

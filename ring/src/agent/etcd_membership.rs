@@ -19,15 +19,15 @@ use super::workload::{ClusterDuty, PendingChange};
 use crate::backup::etcd::{EtcdClient, EtcdError, EtcdMember};
 use crate::core::etcd_cluster::EtcdChangeStep;
 
-/// Does `change` through `client` (`scheme`: the peer URLs' `http` or `https`): `Ok(true)`
-/// once etcd's membership is as the step wants it, `Ok(false)` when it must be tried again
-/// later (a learner not caught up yet).
+/// Does `change` through `client`, given etcd's member list as just read (`scheme`: the peer
+/// URLs' `http` or `https`): `Ok(true)` once etcd's membership is as the step wants it,
+/// `Ok(false)` when it must be tried again later (a learner not caught up yet).
 pub(super) async fn carry_out(
     client: &EtcdClient,
+    members: &[EtcdMember],
     change: &PendingChange,
     scheme: &str,
 ) -> Result<bool, EtcdError> {
-    let members = client.member_list().await?;
     let removed_url = format!("{scheme}://{}", change.removed_peer);
     let added_url = format!("{scheme}://{}", change.added_peer);
     let find_url = |url: &str| -> Option<&EtcdMember> {
@@ -117,21 +117,19 @@ pub(super) async fn carry_out(
     }
 }
 
-/// etcd's ids of the members of `duty`'s cluster that etcd lists, by ring member (found by
-/// peer URL: a learner that never started has no name yet).
-pub(super) async fn ids(
-    client: &EtcdClient,
+/// etcd's ids of the members of `duty`'s cluster in `members` (etcd's member list), by ring
+/// member (found by peer URL: a learner that never started has no name yet).
+pub(super) fn ids(
+    members: &[EtcdMember],
     duty: &ClusterDuty,
     scheme: &str,
-) -> Result<BTreeMap<String, u64>, EtcdError> {
-    let members = client.member_list().await?;
-    Ok(duty
-        .peers
+) -> BTreeMap<String, u64> {
+    duty.peers
         .iter()
         .filter_map(|(ring_member, peer)| {
             let url = format!("{scheme}://{peer}");
             let listed = members.iter().find(|m| m.peer_urls.contains(&url))?;
             Some((ring_member.clone(), listed.id))
         })
-        .collect())
+        .collect()
 }

@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
-use super::etcd_runtime::EtcdRuntime;
+use super::etcd_runtime::{EtcdRuntime, free_port, remove_dir_if_there};
 use super::lease::lease_runs_out;
 use super::workload::{Guard, ReplicaTarget};
 use crate::backup::etcd::{EtcdClient, EtcdClientOptions};
@@ -263,10 +263,8 @@ async fn etcd_argv(
     if fresh && let Some(url) = &target.restore_from {
         restore_from_backup(runtime, target, url, &dir).await?;
     }
-    let client_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("cannot find a free port on 127.0.0.1: {e}"))?;
+    let client_port =
+        free_port().map_err(|e| format!("cannot find a free port on 127.0.0.1: {e}"))?;
     let client = format!("http://127.0.0.1:{client_port}");
     let listen = tokio::net::lookup_host(&target.peer)
         .await
@@ -344,18 +342,13 @@ async fn restore_from_backup(
     let location = BackupLocation::parse(url, &runtime.backup)
         .map_err(|e| format!("backup location {url}: {e}"))?;
     let restoring = dir.join("restoring");
-    match std::fs::remove_dir_all(&restoring) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("cannot remove {}: {e}", restoring.display())),
-    }
+    remove_dir_if_there(&restoring)
+        .map_err(|e| format!("cannot remove {}: {e}", restoring.display()))?;
     std::fs::create_dir_all(&restoring)
         .map_err(|e| format!("cannot create {}: {e}", restoring.display()))?;
     let tool = RestoreTool::detect(&runtime.bin_dir).map_err(|e| e.to_string())?;
-    let peer_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("cannot find a free port on 127.0.0.1: {e}"))?;
+    let peer_port =
+        free_port().map_err(|e| format!("cannot find a free port on 127.0.0.1: {e}"))?;
     let options = RestoreOptions {
         data_dir: restoring.join("etcd"),
         member_name: target.member.clone(),

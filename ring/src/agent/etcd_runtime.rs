@@ -87,3 +87,18 @@ impl EtcdRuntime {
         self.data_root.join(name).join(format!("epoch-{epoch}"))
     }
 }
+
+/// A free TCP port on loopback (the OS picks it; etcd binds it a moment later).
+pub(super) fn free_port() -> std::io::Result<u16> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+}
+
+/// Removes `dir` and all it holds, if it is there.
+pub(super) fn remove_dir_if_there(dir: &std::path::Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}

@@ -124,9 +124,11 @@ impl Agent {
         };
         self.deferred
             || self.state.read(|a| {
+                let granted = last.control_planes.iter().map(|(n, e)| (n.as_str(), *e));
+                let replicas = last.replicas.iter().map(|(n, k)| (n.as_str(), *k));
                 a.applied_index() >= *index
-                    && (a.state.grants(&self.name) != last.control_planes
-                        || a.state.replica_grants(&self.name) != last.replicas)
+                    && (a.state.grants_iter(&self.name).ne(granted)
+                        || a.state.replica_grants_iter(&self.name).ne(replicas))
             })
     }
 
