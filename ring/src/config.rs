@@ -215,6 +215,34 @@ pub struct EtcdDriverSettings {
     pub delta_snapshot_memory_limit_bytes: u64,
     /// Gzip the snapshots (`.gz`), as etcd-backup-restore can.
     pub compress: bool,
+    /// Which old snapshots the host deletes from its backup location
+    /// (etcd-backup-restore's `--garbage-collection-policy`): `exponential` or `limit-based`.
+    pub garbage_collection_policy: GcPolicy,
+    /// `limit-based`: how many full snapshots to keep, the newest included
+    /// (etcd-backup-restore's `--max-backups`).
+    pub max_backups: u64,
+    /// How often the host garbage-collects its backups (etcd-backup-restore's
+    /// `--garbage-collection-period`, 1 min); 0 turns garbage collection off.
+    pub garbage_collection_period_ms: u64,
+    /// A new full snapshot is taken (and the deltas' chain starts again) as soon as the deltas
+    /// since the last one hold this many events (etcd-druid's compaction trigger,
+    /// `--etcd-events-threshold`): a restore replays at most about this many. 0: no limit.
+    pub compaction_events: u64,
+    /// ... or take this many bytes. 0: no limit.
+    pub compaction_bytes: u64,
+    /// etcd's `--auto-compaction-mode` (`periodic` or `revision`): etcd drops the history of
+    /// old revisions by itself. The delta snapshots' watch runs at the head of the history; a
+    /// compaction past it ends the watch and a full snapshot follows, so nothing is lost.
+    pub auto_compaction_mode: AutoCompactionMode,
+    /// etcd's `--auto-compaction-retention`: `periodic`: a duration (`30m`, `1h`, or hours as
+    /// a number); `revision`: how many revisions to keep.
+    pub auto_compaction_retention: String,
+    /// etcd's `--quota-backend-bytes`: past it, etcd refuses writes (alarm NOSPACE) until it
+    /// is compacted and defragmented. etcd's own default is 2 GiB; Gardener's 8 GiB.
+    pub quota_backend_bytes: u64,
+    /// How often the host defragments its etcd (and takes a full snapshot after it); Gardener
+    /// defragments daily. 0: never.
+    pub defragmentation_interval_ms: u64,
     /// Longest an etcd may take to answer after it was started.
     pub start_timeout_ms: u64,
     /// Longest `etcdctl`/`etcdutl snapshot restore` may run.
@@ -230,11 +258,129 @@ impl Default for EtcdDriverSettings {
             delta_snapshot_period_ms: 20_000,
             delta_snapshot_memory_limit_bytes: 10 * 1024 * 1024,
             compress: false,
+            garbage_collection_policy: GcPolicy::Exponential,
+            max_backups: 7,
+            garbage_collection_period_ms: 60_000,
+            compaction_events: 1_000_000,
+            compaction_bytes: 256 * 1024 * 1024,
+            auto_compaction_mode: AutoCompactionMode::Periodic,
+            auto_compaction_retention: "30m".into(),
+            quota_backend_bytes: 8 * 1024 * 1024 * 1024,
+            defragmentation_interval_ms: 24 * 3_600_000,
             start_timeout_ms: 30_000,
             restore_timeout_ms: 600_000,
         }
     }
 }
+
+/// `driver.etcd.garbage_collection_policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GcPolicy {
+    /// Every full snapshot of the current hour, then the newest per hour of today, per day for
+    /// 7 days, per week up to 5 weeks (etcd-backup-restore's windows).
+    #[serde(rename = "exponential", alias = "Exponential")]
+    Exponential,
+    /// The newest `max_backups` full snapshots.
+    #[serde(rename = "limit-based", alias = "LimitBased")]
+    LimitBased,
+}
+
+/// `driver.etcd.auto_compaction_mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AutoCompactionMode {
+    /// Keep the history of the last `auto_compaction_retention` (a duration).
+    Periodic,
+    /// Keep the last `auto_compaction_retention` revisions.
+    Revision,
+}
+
+impl AutoCompactionMode {
+    /// etcd's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Periodic => "periodic",
+            Self::Revision => "revision",
+        }
+    }
+}
+
+impl EtcdDriverSettings {
+    /// The garbage collection policy as the core plans it.
+    pub fn retention(&self) -> crate::core::backup_retention::Retention {
+        use crate::core::backup_retention::Retention;
+        match self.garbage_collection_policy {
+            GcPolicy::Exponential => Retention::Exponential,
+            GcPolicy::LimitBased => Retention::LimitBased {
+                max_backups: self.max_backups.min(MAX_BACKUPS) as usize,
+            },
+        }
+    }
+
+    /// etcd's flags for its history, quota and (none here) defragmentation: what every etcd
+    /// the driver starts (own or member of a cluster) gets.
+    pub fn etcd_health_flags(&self) -> Vec<String> {
+        vec![
+            "--auto-compaction-mode".into(),
+            self.auto_compaction_mode.as_str().into(),
+            "--auto-compaction-retention".into(),
+            self.auto_compaction_retention.clone(),
+            "--quota-backend-bytes".into(),
+            self.quota_backend_bytes.to_string(),
+        ]
+    }
+}
+
+/// Checks `driver.etcd.auto_compaction_retention` as etcd reads it for `mode`: `revision`: a
+/// positive number of revisions; `periodic`: a positive number of hours, or a duration of
+/// whole numbers with units `h`, `m`, `s` (`30m`, `1h30m`).
+fn check_retention(mode: AutoCompactionMode, value: &str) -> Result<(), String> {
+    let positive = |digits: &str| digits.parse::<u64>().is_ok_and(|n| n > 0);
+    let ok = match mode {
+        AutoCompactionMode::Revision => positive(value),
+        AutoCompactionMode::Periodic => {
+            positive(value) || {
+                let mut rest = value;
+                let mut any = false;
+                let mut well_formed = !rest.is_empty() && rest.len() <= 16;
+                while well_formed && !rest.is_empty() {
+                    let digits =
+                        rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+                    let unit = rest[digits..].chars().next();
+                    well_formed = digits > 0 && matches!(unit, Some('h' | 'm' | 's'));
+                    if well_formed {
+                        any |= rest[..digits].parse::<u64>().is_ok_and(|n| n > 0);
+                        rest = &rest[digits + 1..];
+                    }
+                }
+                well_formed && any
+            }
+        }
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(match mode {
+            AutoCompactionMode::Revision => format!(
+                "{value:?}: with auto_compaction_mode = \"revision\", a positive number of revisions"
+            ),
+            AutoCompactionMode::Periodic => format!(
+                "{value:?}: with auto_compaction_mode = \"periodic\", a positive duration such as \"30m\", \"1h30m\" or hours as a number (\"1\")"
+            ),
+        })
+    }
+}
+
+/// Most accepted `driver.etcd.max_backups`.
+pub const MAX_BACKUPS: u64 = 10_000;
+/// Shortest accepted `driver.etcd.garbage_collection_period_ms` (unless 0), as
+/// etcd-backup-restore (which does not collect at 1 s or less).
+pub const MIN_GC_PERIOD_MS: u64 = 1_001;
+/// Accepted `driver.etcd.quota_backend_bytes`: 16 MiB to 64 GiB.
+pub const QUOTA_BACKEND_BYTES: std::ops::RangeInclusive<u64> =
+    16 * 1024 * 1024..=64 * 1024 * 1024 * 1024;
+/// Shortest accepted `driver.etcd.defragmentation_interval_ms` (unless 0): a second (tests).
+pub const MIN_DEFRAG_INTERVAL_MS: u64 = 1_000;
 
 /// Shortest accepted `driver.etcd.full_snapshot_interval_ms` and (unless 0)
 /// `delta_snapshot_period_ms`.
@@ -834,6 +980,48 @@ impl Config {
                 ),
             ));
         }
+        if !(1..=MAX_BACKUPS).contains(&etcd.max_backups) {
+            return Err(invalid(
+                "driver.etcd.max_backups",
+                format!(
+                    "{} must be between 1 and {MAX_BACKUPS} (the newest full snapshot is always kept)",
+                    etcd.max_backups
+                ),
+            ));
+        }
+        let gc = etcd.garbage_collection_period_ms;
+        if gc != 0 && !(MIN_GC_PERIOD_MS..=MAX_FULL_SNAPSHOT_INTERVAL_MS).contains(&gc) {
+            return Err(invalid(
+                "driver.etcd.garbage_collection_period_ms",
+                format!(
+                    "{gc} must be 0 (no garbage collection) or between {MIN_GC_PERIOD_MS} and {MAX_FULL_SNAPSHOT_INTERVAL_MS} (a week)"
+                ),
+            ));
+        }
+        let quota = etcd.quota_backend_bytes;
+        if !QUOTA_BACKEND_BYTES.contains(&quota) {
+            return Err(invalid(
+                "driver.etcd.quota_backend_bytes",
+                format!(
+                    "{quota} must be between {} (16 MiB) and {} (64 GiB)",
+                    QUOTA_BACKEND_BYTES.start(),
+                    QUOTA_BACKEND_BYTES.end()
+                ),
+            ));
+        }
+        let defrag = etcd.defragmentation_interval_ms;
+        if defrag != 0
+            && !(MIN_DEFRAG_INTERVAL_MS..=MAX_FULL_SNAPSHOT_INTERVAL_MS).contains(&defrag)
+        {
+            return Err(invalid(
+                "driver.etcd.defragmentation_interval_ms",
+                format!(
+                    "{defrag} must be 0 (never) or between {MIN_DEFRAG_INTERVAL_MS} and {MAX_FULL_SNAPSHOT_INTERVAL_MS} (a week)"
+                ),
+            ));
+        }
+        check_retention(etcd.auto_compaction_mode, &etcd.auto_compaction_retention)
+            .map_err(|why| invalid("driver.etcd.auto_compaction_retention", why))?;
         for (field, value, min) in [
             ("driver.etcd.start_timeout_ms", etcd.start_timeout_ms, 1),
             ("driver.etcd.restore_timeout_ms", etcd.restore_timeout_ms, 1),

@@ -398,6 +398,17 @@ impl Sources {
             );
         }
         render_backups(&mut out, &self.backups.all(), now_ms);
+        let gc = self.backups.gc_totals();
+        let _ = writeln!(
+            out,
+            "# HELP garden_ring_backup_gc_deleted_total Snapshots this member's garbage collections deleted, by kind.\n# TYPE garden_ring_backup_gc_deleted_total counter\ngarden_ring_backup_gc_deleted_total{{kind=\"full\"}} {}\ngarden_ring_backup_gc_deleted_total{{kind=\"delta\"}} {}",
+            gc.deleted_full, gc.deleted_delta
+        );
+        let _ = writeln!(
+            out,
+            "# HELP garden_ring_backup_gc_failures_total Deletions of this member's garbage collections that failed (the next period tries again).\n# TYPE garden_ring_backup_gc_failures_total counter\ngarden_ring_backup_gc_failures_total {}",
+            gc.failures
+        );
         out
     }
 }
@@ -409,37 +420,49 @@ fn render_backups(
     reports: &std::collections::BTreeMap<String, crate::core::backup_report::BackupReport>,
     now_ms: u64,
 ) {
-    type Value = fn(&crate::core::backup_report::BackupReport, u64) -> f64;
-    let families: [(&str, &str, Value); 4] = [
+    type Value = fn(&crate::core::backup_report::BackupReport, u64) -> Option<f64>;
+    let families: [(&str, &str, Value); 6] = [
         (
             "garden_ring_backup_revision",
             "The etcd revision the stored backups of a control plane hosted here reach (last revision of its newest snapshot).",
-            |r, _| r.revision as f64,
+            |r, _| Some(r.revision as f64),
         ),
         (
             "garden_ring_backup_deltas_since_full",
             "Delta snapshots of a control plane hosted here written since its newest full snapshot.",
-            |r, _| r.deltas_since_full as f64,
+            |r, _| Some(r.deltas_since_full as f64),
         ),
         (
             "garden_ring_backup_delta_age_seconds",
             "Time since the backups of a control plane hosted here were last known complete (a delta snapshot written, or a delta period without events).",
-            |r, now| now.saturating_sub(r.up_to_date_unix_ms) as f64 / 1000.0,
+            |r, now| Some(now.saturating_sub(r.up_to_date_unix_ms) as f64 / 1000.0),
         ),
         (
             "garden_ring_backup_delta_period_seconds",
             "The host's delta snapshot period for a control plane hosted here (0: delta snapshots off).",
-            |r, _| r.delta_period_ms as f64 / 1000.0,
+            |r, _| Some(r.delta_period_ms as f64 / 1000.0),
+        ),
+        (
+            "garden_ring_backup_full_snapshots_kept",
+            "Full snapshots of a control plane hosted here that its last garbage collection kept (the newest included).",
+            |r, _| {
+                r.gc.as_ref()
+                    .filter(|gc| gc.last_unix_ms > 0)
+                    .map(|gc| gc.kept_full as f64)
+            },
+        ),
+        (
+            "garden_ring_etcd_defrag_duration_seconds",
+            "How long the last defragmentation of a control plane's etcd hosted here took (etcd answered nothing meanwhile).",
+            |r, _| r.defrag.map(|d| d.took_ms as f64 / 1000.0),
         ),
     ];
     for (name, help, value) in families {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
         for (control_plane, report) in reports {
-            let _ = writeln!(
-                out,
-                "{name}{{control_plane=\"{control_plane}\"}} {}",
-                value(report, now_ms)
-            );
+            if let Some(value) = value(report, now_ms) {
+                let _ = writeln!(out, "{name}{{control_plane=\"{control_plane}\"}} {value}");
+            }
         }
     }
 }
@@ -545,6 +568,8 @@ mod tests {
             "garden_ring_backup_deltas_since_full",
             "garden_ring_backup_delta_age_seconds",
             "garden_ring_backup_delta_period_seconds",
+            "garden_ring_backup_full_snapshots_kept",
+            "garden_ring_etcd_defrag_duration_seconds",
         ] {
             assert!(
                 empty.contains(&format!("# TYPE {family} gauge\n")),
@@ -562,6 +587,15 @@ mod tests {
                 newest_delta_unix_ms: Some(1_700_000_060_000),
                 up_to_date_unix_ms: 1_700_000_061_000,
                 delta_period_ms: 20_000,
+                gc: Some(crate::core::backup_report::GcReport {
+                    last_unix_ms: 1_700_000_062_000,
+                    kept_full: 7,
+                    ..Default::default()
+                }),
+                defrag: Some(crate::core::backup_report::DefragReport {
+                    took_ms: 1_250,
+                    ..Default::default()
+                }),
             },
         )]
         .into();
@@ -572,6 +606,8 @@ mod tests {
             "garden_ring_backup_deltas_since_full{control_plane=\"x\"} 3",
             "garden_ring_backup_delta_age_seconds{control_plane=\"x\"} 2.5",
             "garden_ring_backup_delta_period_seconds{control_plane=\"x\"} 20",
+            "garden_ring_backup_full_snapshots_kept{control_plane=\"x\"} 7",
+            "garden_ring_etcd_defrag_duration_seconds{control_plane=\"x\"} 1.25",
         ] {
             assert!(out.contains(&format!("{sample}\n")), "{out}");
         }

@@ -285,6 +285,7 @@ pub async fn etcdbrctl_bucket(
     let options = SnapshotOptions {
         delta_snapshot_period: Duration::from_secs(1),
         compress,
+        garbage_collection: None,
     };
     let mut snapshotter = if with_final {
         Snapshotter::start_server(etcdbrctl, path, &store, &source.spec, &options)

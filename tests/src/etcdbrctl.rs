@@ -442,6 +442,9 @@ pub struct SnapshotOptions {
     pub delta_snapshot_period: Duration,
     /// `--compress-snapshots` (gzip; etcdbrctl's default is `true`).
     pub compress: bool,
+    /// `--garbage-collection-policy` (`Exponential`, `LimitBased`), `--max-backups` and
+    /// `--garbage-collection-period` (over 1 s); None: no garbage collection.
+    pub garbage_collection: Option<(&'static str, u64, Duration)>,
 }
 
 impl Default for SnapshotOptions {
@@ -449,6 +452,7 @@ impl Default for SnapshotOptions {
         Self {
             delta_snapshot_period: Duration::from_secs(1),
             compress: true,
+            garbage_collection: None,
         }
     }
 }
@@ -758,16 +762,24 @@ fn unix_now_s() -> u64 {
 fn schedule_args(dir: &Path, options: &SnapshotOptions) -> Vec<String> {
     let temp = dir.join("etcdbrctl-tmp");
     std::fs::create_dir_all(&temp).expect("create etcdbrctl's temporary directory");
-    vec![
+    let mut args = vec![
         format!(
             "--delta-snapshot-period={}ms",
             options.delta_snapshot_period.as_millis()
         ),
         format!("--compress-snapshots={}", options.compress),
-        "--garbage-collection-period=0".into(),
         format!("--schedule={YEARLY}"),
         format!("--snapstore-temp-directory={}", temp.display()),
-    ]
+    ];
+    match options.garbage_collection {
+        None => args.push("--garbage-collection-period=0".into()),
+        Some((policy, max_backups, period)) => args.extend([
+            format!("--garbage-collection-policy={policy}"),
+            format!("--max-backups={max_backups}"),
+            format!("--garbage-collection-period={}ms", period.as_millis()),
+        ]),
+    }
+    args
 }
 
 /// A data directory `etcdbrctl restore` made.

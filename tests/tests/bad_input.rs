@@ -529,27 +529,55 @@ fn ringd_refuses_bad_etcd_driver_settings_with_one_clear_line() {
         ("delta_snapshot_memory_limit_bytes", "10"),
         ("start_timeout_ms", "0"),
         ("restore_timeout_ms", "0"),
+        ("max_backups", "0"),
+        ("garbage_collection_period_ms", "1000"),
+        ("quota_backend_bytes", "1024"),
+        ("defragmentation_interval_ms", "999"),
     ] {
+        let etcd = &cfg.driver.etcd;
+        let current = match field {
+            "full_snapshot_interval_ms" => etcd.full_snapshot_interval_ms,
+            "delta_snapshot_period_ms" => etcd.delta_snapshot_period_ms,
+            "delta_snapshot_memory_limit_bytes" => etcd.delta_snapshot_memory_limit_bytes,
+            "start_timeout_ms" => etcd.start_timeout_ms,
+            "restore_timeout_ms" => etcd.restore_timeout_ms,
+            "max_backups" => etcd.max_backups,
+            "garbage_collection_period_ms" => etcd.garbage_collection_period_ms,
+            "quota_backend_bytes" => etcd.quota_backend_bytes,
+            _ => etcd.defragmentation_interval_ms,
+        };
         let text = cfg.to_toml().replace(
-            &format!(
-                "{field} = {}",
-                match field {
-                    "full_snapshot_interval_ms" => cfg.driver.etcd.full_snapshot_interval_ms,
-                    "delta_snapshot_period_ms" => cfg.driver.etcd.delta_snapshot_period_ms,
-                    "delta_snapshot_memory_limit_bytes" => {
-                        cfg.driver.etcd.delta_snapshot_memory_limit_bytes
-                    }
-                    "start_timeout_ms" => cfg.driver.etcd.start_timeout_ms,
-                    _ => cfg.driver.etcd.restore_timeout_ms,
-                }
-            ),
-            &format!("{field} = {value}"),
+            &format!("\n{field} = {current}\n"),
+            &format!("\n{field} = {value}\n"),
         );
+        assert_ne!(text, cfg.to_toml(), "{field} not in the config");
         let p = write_config(dir.path(), &format!("etcd-{field}-{value}.toml"), &text);
         refused(
             ringd(&["--check-config", "--config", &p]),
             &format!("config driver.etcd.{field}: {value} must be "),
         );
+    }
+    for (from, to, says) in [
+        (
+            "auto_compaction_retention = \"30m\"",
+            "auto_compaction_retention = \"30x\"",
+            "config driver.etcd.auto_compaction_retention: \"30x\": with auto_compaction_mode = \"periodic\", a positive duration",
+        ),
+        (
+            "auto_compaction_mode = \"periodic\"",
+            "auto_compaction_mode = \"revision\"",
+            "config driver.etcd.auto_compaction_retention: \"30m\": with auto_compaction_mode = \"revision\", a positive number of revisions",
+        ),
+        (
+            "garbage_collection_policy = \"exponential\"",
+            "garbage_collection_policy = \"newest\"",
+            "unknown variant `newest`, expected one of `Exponential`, `exponential`, `LimitBased`, `limit-based`",
+        ),
+    ] {
+        let text = cfg.to_toml().replace(from, to);
+        assert_ne!(text, cfg.to_toml(), "{from} not in the config");
+        let p = write_config(dir.path(), "etcd-retention.toml", &text);
+        refused(ringd(&["--check-config", "--config", &p]), says);
     }
     let text = cfg.to_toml().replace("compress = false", "compres = false");
     let p = write_config(dir.path(), "etcd-typo.toml", &text);

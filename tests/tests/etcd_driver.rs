@@ -251,14 +251,7 @@ async fn a_lost_host_s_control_plane_comes_back_with_every_snapshotted_key() {
         "window {window_ms} ms, snapshot age at the kill {age_at_kill_ms} ms, now {age_now_ms} ms"
     );
 
-    let etcd = etcd_at(&moved, &moved.host).await;
-    let got: BTreeSet<String> = etcd
-        .get_prefix(b"/registry/")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|kv| String::from_utf8(kv.key).unwrap())
-        .collect();
+    let got = keys_at(&moved, &moved.host).await;
     let missing: Vec<_> = written.difference(&got).collect();
     assert!(missing.is_empty(), "missing after the move: {missing:?}");
     println!(
@@ -869,4 +862,164 @@ async fn a_control_plane_on_a_bucket_etcdbrctl_wrote_comes_up_with_every_write()
             migration.restored
         );
     }
+}
+
+/// Issue "backups that last and scale": with compaction every 40 events and limit-based
+/// garbage collection keeping 3 full snapshots, a control plane written 240 times ends with a
+/// bounded bucket (at most 3 full snapshots, deltas only after the newest), `cp get` and
+/// `/metrics` say what GC kept and deleted, the hosted etcd runs with the configured quota
+/// and is defragmented on schedule (a full snapshot after), and a failover after all that
+/// restores every acknowledged write from what GC left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_collection_bounds_the_bucket_and_a_failover_still_restores_every_write() {
+    use garden_ring::config::GcPolicy;
+    let backup = BackupSettings::default();
+    // Full snapshots only from compaction (and defragmentation); deltas every 100 ms.
+    let mut driver = garden_ring_tests::etcd::driver_with_deltas(3_600_000, 100);
+    driver.etcd.compaction_events = 40;
+    driver.etcd.garbage_collection_policy = GcPolicy::LimitBased;
+    driver.etcd.max_backups = 3;
+    driver.etcd.garbage_collection_period_ms = 1_100;
+    driver.etcd.quota_backend_bytes = 64 * 1024 * 1024;
+    driver.etcd.defragmentation_interval_ms = 4_000;
+    let mut ring = Ring::prepare(RingOptions {
+        driver,
+        ..RingOptions::default()
+    });
+    let ports = Ports::reserve(ring.procs.len());
+    let metrics: Vec<std::net::SocketAddr> = ports
+        .numbers()
+        .iter()
+        .map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], *p)))
+        .collect();
+    ports.release();
+    for (p, address) in ring.procs.iter_mut().zip(&metrics) {
+        p.config.backup = backup.clone();
+        p.config.metrics.listen = Some(*address);
+        p.spawn();
+    }
+    wait_all_healthy(&ring).await;
+    let backups = file_backups(ring.dir.path(), "gc1");
+    let req = etcd_control_plane("gc1", "a", &backups["a"], backups.clone());
+    add_control_plane(&ring.client(), req).await.unwrap();
+    let cp = running_on(&ring, "gc1", "a").await;
+    let etcd = etcd_at(&cp, "a").await;
+
+    // etcd runs with the configured quota (its own /metrics, through the endpoint's relay;
+    // HTTP/1.0: etcd closes the connection after the answer and sends it unchunked).
+    let etcd_metrics = {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(cp.endpoints["a"].as_str()).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        text
+    };
+    let quota: Option<f64> = etcd_metrics.lines().find_map(|l| {
+        l.strip_prefix("etcd_server_quota_backend_bytes ")?
+            .trim()
+            .parse()
+            .ok()
+    });
+    assert_eq!(quota, Some(64.0 * 1024.0 * 1024.0));
+
+    let mut written = BTreeSet::new();
+    let mut last_revision = 0;
+    for i in 0..240 {
+        let key = format!("/registry/gc/{i:04}");
+        last_revision = put_retrying(&etcd, &key).await;
+        written.insert(key);
+        if i % 40 == 39 {
+            // Let a delta (and the compaction it triggers) happen between the batches.
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    let location = BackupLocation::parse(&backups["a"], &backup).unwrap();
+    // GC catches up: at most 3 full snapshots, no delta older than the newest one, the
+    // newest delta at the last write.
+    let listing = eventually(
+        Duration::from_secs(20),
+        "GC leaves at most 3 full snapshots and the deltas after the newest, up to the last write",
+        || async {
+            let listing = list_snapshots(&location).await.ok()?;
+            let fulls: Vec<_> = listing
+                .snapshots
+                .iter()
+                .filter(|s| s.path.name().kind() == SnapshotKind::Full)
+                .collect();
+            let newest = fulls.last()?.path.name().last_revision();
+            let old_deltas = listing.snapshots.iter().any(|s| {
+                s.path.name().kind() == SnapshotKind::Incr
+                    && s.path.name().last_revision() <= newest
+            });
+            let reach = listing
+                .snapshots
+                .iter()
+                .map(|s| s.path.name().last_revision())
+                .max()?;
+            (fulls.len() <= 3 && fulls.len() >= 2 && !old_deltas && reach >= last_revision)
+                .then_some(listing)
+        },
+    )
+    .await;
+    let names: Vec<String> = listing
+        .snapshots
+        .iter()
+        .map(|s| s.path.name().to_string())
+        .collect();
+
+    // `cp get` says what GC kept, and that a defragmentation happened.
+    let shown = eventually(
+        Duration::from_secs(15),
+        "cp get shows GC and defragmentation",
+        || async {
+            let out = ring.ringctl(&["cp", "get", "gc1"]);
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            (text.contains("retention:        limit-based (3)")
+                && text.contains("kept:             3 full snapshots")
+                && text.contains("last GC:")
+                && text.contains("defragmented:"))
+            .then_some(text)
+        },
+    )
+    .await;
+    // /metrics on the host: deletions counted, 3 kept, a defragmentation timed.
+    let body = garden_ring_tests::http_get(metrics[0], "/metrics")
+        .unwrap()
+        .1;
+    let value = |prefix: &str| -> f64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in /metrics"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let deleted_full = value("garden_ring_backup_gc_deleted_total{kind=\"full\"}");
+    let deleted_delta = value("garden_ring_backup_gc_deleted_total{kind=\"delta\"}");
+    assert!(deleted_full >= 3.0, "{deleted_full} full deleted");
+    assert!(deleted_delta >= 10.0, "{deleted_delta} deltas deleted");
+    assert_eq!(
+        value("garden_ring_backup_full_snapshots_kept{control_plane=\"gc1\"}"),
+        3.0
+    );
+    let defrag_s = value("garden_ring_etcd_defrag_duration_seconds{control_plane=\"gc1\"}");
+    assert_eq!(value("garden_ring_backup_gc_failures_total"), 0.0);
+
+    // Kill the host: the new one restores from what GC left.
+    kill_zone(&mut ring, 0);
+    let moved = running_elsewhere(&ring, &[1, 2], "gc1", "a", Duration::from_secs(30)).await;
+    let got = keys_at(&moved, &moved.host).await;
+    let missing: Vec<_> = written.difference(&got).collect();
+    assert!(missing.is_empty(), "missing after the move: {missing:?}");
+    println!(
+        "GC: {deleted_full} full and {deleted_delta} delta snapshots deleted; left {names:?}; \
+         defragmentation {defrag_s} s; restored {} on {} with all {} keys\n{shown}",
+        moved.migration.as_ref().map_or("", |m| m.restored.as_str()),
+        moved.host,
+        got.len()
+    );
 }

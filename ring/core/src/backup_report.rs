@@ -36,6 +36,49 @@ pub struct BackupReport {
     pub up_to_date_unix_ms: u64,
     /// The host's delta_snapshot_period_ms (0: deltas off).
     pub delta_period_ms: u64,
+    /// What the host's garbage collection of these backups last did (None: it has not run,
+    /// or is off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gc: Option<GcReport>,
+    /// The host's last defragmentation of the etcd (it rides with the backups: a full
+    /// snapshot follows it). None: none at this epoch yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defrag: Option<DefragReport>,
+}
+
+/// The host's last defragmentation of a control plane's etcd.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DefragReport {
+    /// When it ended, Unix ms.
+    pub last_unix_ms: u64,
+    /// How long it took: etcd answered nothing meanwhile, ms.
+    pub took_ms: u64,
+    /// The database's size before, bytes.
+    pub db_before_bytes: u64,
+    /// ... and after.
+    pub db_after_bytes: u64,
+    /// It took longer than the lease: clients saw the endpoint stall that long.
+    pub longer_than_lease: bool,
+}
+
+/// Longest [`GcReport::policy`] and [`GcReport::held`], bytes.
+pub const MAX_GC_TEXT_LEN: usize = 256;
+
+/// What the host's garbage collection of a control plane's backups last did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcReport {
+    /// The policy (`exponential`, `limit-based (7)`).
+    pub policy: String,
+    /// When it last listed and deleted, Unix ms (0: not yet).
+    pub last_unix_ms: u64,
+    /// Full snapshots it kept then, the newest included.
+    pub kept_full: u64,
+    /// The oldest of them: how far back a restore can go.
+    pub oldest_full: Option<String>,
+    /// Snapshots it deleted then.
+    pub deleted: u64,
+    /// Why it did not run at its last period (empty: it ran).
+    pub held: String,
 }
 
 impl BackupReport {
@@ -59,6 +102,35 @@ impl BackupReport {
                 return Err(CommandError::invalid(
                     field,
                     &value.to_string(),
+                    format!("must be at most {MAX_SNAPSHOT_NUMBER}"),
+                ));
+            }
+        }
+        if let Some(gc) = &self.gc {
+            if let Some(oldest) = &gc.oldest_full {
+                check_snapshot_key(oldest).map_err(|why| {
+                    CommandError::invalid("oldest kept full snapshot", oldest, why)
+                })?;
+            }
+            for (field, text) in [("GC policy", &gc.policy), ("GC hold", &gc.held)] {
+                if text.len() > MAX_GC_TEXT_LEN
+                    || text
+                        .chars()
+                        .any(|c| c.is_control() || is_invisible_format(c))
+                {
+                    return Err(CommandError::invalid(
+                        field,
+                        text,
+                        format!(
+                            "must be at most {MAX_GC_TEXT_LEN} bytes without control or invisible formatting characters"
+                        ),
+                    ));
+                }
+            }
+            if gc.last_unix_ms > MAX_SNAPSHOT_NUMBER {
+                return Err(CommandError::invalid(
+                    "GC time",
+                    &gc.last_unix_ms.to_string(),
                     format!("must be at most {MAX_SNAPSHOT_NUMBER}"),
                 ));
             }
@@ -137,6 +209,7 @@ mod tests {
             newest_delta_unix_ms: (deltas > 0).then_some(up_to_date),
             up_to_date_unix_ms: up_to_date,
             delta_period_ms: 1_000,
+            ..BackupReport::default()
         }
     }
 
@@ -195,6 +268,58 @@ mod tests {
             assert!(
                 matches!(&err, CommandError::Invalid { field, .. } if field == "full snapshot"),
                 "{full:?}: {err}"
+            );
+        }
+        let collected = BackupReport {
+            gc: Some(GcReport {
+                policy: "limit-based (7)".into(),
+                last_unix_ms: 1_700_000_000_000,
+                kept_full: 7,
+                oldest_full: Some("v2/Full-00000000-00000010-1700000000".into()),
+                deleted: 3,
+                held: String::new(),
+            }),
+            ..good.clone()
+        };
+        collected.validate().unwrap();
+        for (gc, field) in [
+            (
+                GcReport {
+                    oldest_full: Some(String::new()),
+                    ..GcReport::default()
+                },
+                "oldest kept full snapshot",
+            ),
+            (
+                GcReport {
+                    held: "x".repeat(MAX_GC_TEXT_LEN + 1),
+                    ..GcReport::default()
+                },
+                "GC hold",
+            ),
+            (
+                GcReport {
+                    policy: "a\nb".into(),
+                    ..GcReport::default()
+                },
+                "GC policy",
+            ),
+            (
+                GcReport {
+                    last_unix_ms: MAX_SNAPSHOT_NUMBER + 1,
+                    ..GcReport::default()
+                },
+                "GC time",
+            ),
+        ] {
+            let bad = BackupReport {
+                gc: Some(gc),
+                ..good.clone()
+            };
+            let err = bad.validate().unwrap_err();
+            assert!(
+                matches!(&err, CommandError::Invalid { field: f, .. } if f == field),
+                "{field}: {err}"
             );
         }
         let huge = BackupReport {

@@ -11,30 +11,37 @@
 //! - delete the deltas of every older stream (a restore starts from the newest full snapshot,
 //!   so they are never replayed), and the deltas older than the oldest full snapshot;
 //! - choose which older **full snapshots** stay (the points an operator can still go back to):
-//!   - [`Retention::Exponential`]: every one of the last hour, then the newest of each hour for
-//!     24 hours, of each day for 7 days, of each week for 4 weeks; none older (hours, days and
-//!     weeks are UTC windows counted from the Unix epoch);
+//!   - [`Retention::Exponential`]: etcd-backup-restore's windows, exactly (its
+//!     `RunGarbageCollector`, v0.43), anchored at the **end of the current UTC day** (`eod`,
+//!     23:59:59): every snapshot of today's current clock hour; the newest of each other hour
+//!     window of today; the newest of each day window for the 7 days before; the newest of each
+//!     week window up to 5 weeks back (for these, `eod` moves back one day); none older. A
+//!     snapshot is the newest of its window when the next newer full snapshot (kept or not)
+//!     lies in another window;
 //!   - [`Retention::LimitBased`]: the newest `max_backups`.
 //!
-//! Whether GC may run at all (not during a migration of the control plane, not in a migration's
-//! source bucket, not over what a later epoch's owner wrote) is decided by the caller.
-
-use std::collections::BTreeMap;
+//! Whether GC may run at all is [`hold`]'s decision, from the ring's state: only the control
+//! plane's host at its current epoch, and never while a migration of it is in progress (its
+//! source bucket is then being copied: DESIGN.md rule 4). The host also checks its lease and
+//! the location's marker before it deletes (what a later epoch's owner wrote is never touched).
 
 use super::backup_name::{SnapshotKind, SnapshotName};
+use super::control_plane::Phase;
+use super::migration::MigrationStep;
+use super::state::RingState;
 
 /// etcd-backup-restore's default `--max-backups` for the limit-based policy.
 pub const DEFAULT_MAX_BACKUPS: usize = 7;
 
-const HOUR_S: u64 = 3_600;
-const DAY_S: u64 = 24 * HOUR_S;
-const WEEK_S: u64 = 7 * DAY_S;
+const HOUR_S: i64 = 3_600;
+const DAY_S: i64 = 24 * HOUR_S;
+const WEEK_S: i64 = 7 * DAY_S;
 
 /// A garbage collection policy (etcd-backup-restore's `--garbage-collection-policy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retention {
-    /// Keep all full snapshots of the last hour, then one per hour for 24 hours, one per day
-    /// for 7 days, one per week for 4 weeks.
+    /// Keep all full snapshots of the current hour, then one per hour for the rest of today,
+    /// one per day for 7 days, one per week up to 5 weeks back (UTC; see the module docs).
     Exponential,
     /// Keep the newest `max_backups` full snapshots (at least 1).
     LimitBased {
@@ -77,7 +84,7 @@ pub fn plan(snapshots: &[SnapshotName], retention: Retention, now_unix_s: u64) -
                 let from = fulls.len().saturating_sub(max);
                 (0..older.len()).map(|k| k >= from).collect()
             }
-            Retention::Exponential => exponential(snapshots, older, now_unix_s),
+            Retention::Exponential => exponential(snapshots, older, newest, now_unix_s),
         };
         keep.push(true);
         keep
@@ -114,28 +121,94 @@ pub fn plan(snapshots: &[SnapshotName], retention: Retention, now_unix_s: u64) -
     Plan { delete, kept_full }
 }
 
-/// For each of the `older` full snapshots (oldest first), whether the exponential policy keeps
-/// it at `now_unix_s`.
-fn exponential(snapshots: &[SnapshotName], older: &[usize], now_unix_s: u64) -> Vec<bool> {
-    // The newest snapshot of each window wins its window: walk newest first.
-    let mut taken: BTreeMap<(u8, u64), ()> = BTreeMap::new();
+/// Why garbage collection may not run on a control plane's backups now (see [`hold`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Hold {
+    /// The applied state does not (yet, or any more) say that this member serves it at this
+    /// epoch: the state lags the grant, the control plane moved on, or it is not running.
+    #[error("the ring's state does not show it running here at epoch {epoch}")]
+    NotServingHere {
+        /// The epoch the host runs it at.
+        epoch: u64,
+    },
+    /// A migration of the control plane is in progress: its source bucket is being copied.
+    #[error("its migration of epoch {epoch} is in progress ({step})")]
+    Migrating {
+        /// The migration's epoch.
+        epoch: u64,
+        /// Where it stands.
+        step: &'static str,
+    },
+}
+
+/// Whether `member`, running control plane `name` at `epoch`, may garbage-collect its backups
+/// under the applied `state`: `None` when it may; else why not. It may only while the state
+/// shows it serving there (host, epoch, phase running) with no migration in progress (the
+/// migration that brought it there done).
+pub fn hold(state: &RingState, member: &str, name: &str, epoch: u64) -> Option<Hold> {
+    let Some(cp) = state.control_planes.get(name) else {
+        return Some(Hold::NotServingHere { epoch });
+    };
+    if cp.epoch != epoch || cp.host.as_deref() != Some(member) || cp.phase != Phase::Running {
+        return Some(Hold::NotServingHere { epoch });
+    }
+    match &cp.migration {
+        Some(m) if m.step != MigrationStep::Done => Some(Hold::Migrating {
+            epoch: m.epoch,
+            step: m.step.as_str(),
+        }),
+        _ => None,
+    }
+}
+
+/// For each of the `older` full snapshots (oldest first; the newest full snapshot comes after
+/// them and is not among them), whether the exponential policy keeps it at `now_unix_s`: see
+/// the [module docs](self).
+fn exponential(
+    snapshots: &[SnapshotName],
+    older: &[usize],
+    newest: usize,
+    now_unix_s: u64,
+) -> Vec<bool> {
+    let now = now_unix_s.min(i64::MAX as u64) as i64;
+    let created = |i: usize| snapshots[i].created_unix_s().min(i64::MAX as u64) as i64;
+    // The end of the current UTC day.
+    let mut eod = now - now.rem_euclid(DAY_S) + DAY_S - 1;
+    let mut weeks_tracked = false;
     let mut keep = vec![false; older.len()];
+    // Walk newest first; each candidate is judged against the next newer full snapshot.
+    let mut newer = created(newest);
     for (k, &i) in older.iter().enumerate().rev() {
-        let created = snapshots[i].created_unix_s();
-        let age = now_unix_s.saturating_sub(created);
-        let window = if age < HOUR_S {
-            keep[k] = true;
-            continue;
-        } else if age < DAY_S {
-            (0, created / HOUR_S)
-        } else if age < 7 * DAY_S {
-            (1, created / DAY_S)
-        } else if age < 4 * WEEK_S {
-            (2, created / WEEK_S)
+        let c = created(i);
+        let age_to_eod = eod - c;
+        let threshold_h: i64 = if age_to_eod < DAY_S {
+            if (c.rem_euclid(DAY_S)) / HOUR_S == now.rem_euclid(DAY_S) / HOUR_S {
+                0
+            } else {
+                1
+            }
+        } else if age_to_eod < 8 * DAY_S {
+            24
+        } else if age_to_eod < 5 * WEEK_S {
+            if !weeks_tracked {
+                // The weeks end with the previous day.
+                eod -= DAY_S;
+                weeks_tracked = true;
+            }
+            24 * 7
         } else {
+            newer = c;
             continue;
         };
-        keep[k] = taken.insert(window, ()).is_none();
+        // Whole hours, days and weeks from eod, truncated toward zero as Go's int() does.
+        let hour_change = (eod - c) / HOUR_S - (eod - newer) / HOUR_S;
+        let day_change = (eod - c) / DAY_S - (eod - newer) / DAY_S;
+        let week_change = (eod - c) / WEEK_S - (eod - newer) / WEEK_S;
+        keep[k] = threshold_h == 0
+            || hour_change / threshold_h != 0
+            || day_change * 24 / threshold_h != 0
+            || week_change * 24 * 7 / threshold_h != 0;
+        newer = c;
     }
     keep
 }
@@ -145,6 +218,10 @@ mod tests {
     use super::*;
 
     const NOW: u64 = 1_800_000_000;
+    // The module's constants are i64 (etcd-backup-restore's signed arithmetic); the tests' u64.
+    const HOUR_S: u64 = 3_600;
+    const DAY_S: u64 = 24 * HOUR_S;
+    const WEEK_S: u64 = 7 * DAY_S;
 
     fn full(revision: u64, created: u64) -> SnapshotName {
         SnapshotName::new(SnapshotKind::Full, 0, revision, created).unwrap()
@@ -195,48 +272,123 @@ mod tests {
     }
 
     #[test]
-    fn exponential_keeps_the_last_hour_then_hourly_daily_weekly_and_nothing_older() {
-        // A full snapshot every 30 minutes for 40 days.
+    fn exponential_keeps_etcd_backup_restores_windows_anchored_at_the_end_of_the_day() {
+        // NOW is 08:00:00 UTC. A full snapshot every 30 minutes for 40 days, the newest at NOW.
+        assert_eq!(NOW % DAY_S, 8 * HOUR_S);
         let snaps = history(1_800, 40 * DAY_S);
         let plan = plan(&snaps, Retention::Exponential, NOW);
+        let day_start = NOW - NOW % DAY_S;
         let kept: Vec<u64> = plan
             .kept_full
             .iter()
             .map(|&i| snaps[i].created_unix_s())
             .collect();
-        let ages: Vec<u64> = kept.iter().map(|c| NOW - c).collect();
-        // Every one of the last hour (ages 0, 1800; 3600 is an hour old and is an hourly one).
-        assert!(ages.contains(&0) && ages.contains(&1_800));
-        // At most one per hour window between 1 h and 24 h, and one in each of them.
-        for hour in (NOW - DAY_S + HOUR_S) / HOUR_S..NOW / HOUR_S {
-            let in_window = kept
+        // Today: the newest of each earlier hour (xx:30), and the newest snapshot (08:00).
+        let today: Vec<u64> = kept
+            .iter()
+            .filter(|c| **c >= day_start)
+            .map(|c| c - day_start)
+            .collect();
+        let mut expected: Vec<u64> = (0..8).map(|h| h * 3_600 + 1_800).collect();
+        expected.push(8 * 3_600);
+        assert_eq!(today, expected);
+        // The 7 days before: the newest of each day (23:30).
+        for day in 1..=7u64 {
+            let start = day_start - day * DAY_S;
+            let of_day: Vec<u64> = kept
                 .iter()
-                .filter(|c| **c / HOUR_S == hour && NOW - **c >= HOUR_S && NOW - **c < DAY_S)
-                .count();
-            assert!(in_window <= 1, "hour {hour}: {in_window}");
+                .filter(|c| (start..start + DAY_S).contains(*c))
+                .map(|c| c - start)
+                .collect();
+            assert_eq!(of_day, [23 * 3_600 + 1_800], "day -{day}");
         }
-        // Nothing of 4 weeks or older.
-        assert!(ages.iter().all(|a| *a < 4 * WEEK_S), "{ages:?}");
-        // Something in each day of the last week and each of the 4 weeks.
-        for day in 1..7 {
-            assert!(
-                ages.iter()
-                    .any(|a| *a >= day * DAY_S && *a < (day + 1) * DAY_S),
-                "nothing kept {day} days back: {ages:?}"
-            );
+        // Then one per week window (weeks ending with the day 8 days back), each the newest
+        // of its window: a snapshot at 23:30, 7 days apart.
+        let weekly: Vec<u64> = kept
+            .iter()
+            .copied()
+            .filter(|c| *c < day_start - 7 * DAY_S)
+            .collect();
+        assert!((3..=5).contains(&weekly.len()), "{weekly:?}");
+        for pair in weekly.windows(2) {
+            assert_eq!(pair[1] - pair[0], WEEK_S, "{weekly:?}");
         }
-        // 2 in the last hour + 23 hourly + 7 daily windows (the window of the day 24 h back
-        // partly overlaps) + weekly: far fewer than the 1,921 there are, more than 30.
-        assert!(
-            (30..=45).contains(&kept.len()),
-            "{} kept: {ages:?}",
-            kept.len()
-        );
+        assert!(weekly.iter().all(|c| c % DAY_S == 23 * 3_600 + 1_800));
+        // Nothing 5 weeks before the end of today or older.
+        let eod = day_start + DAY_S - 1;
+        assert!(kept.iter().all(|c| eod - c < 5 * WEEK_S), "{kept:?}");
         // Deltas: only the newest stream's stay.
         let deltas_left = (0..snaps.len())
             .filter(|i| snaps[*i].kind() == SnapshotKind::Incr && !plan.delete.contains(i))
             .count();
         assert_eq!(deltas_left, 2);
+    }
+
+    #[test]
+    fn exponential_keeps_every_snapshot_of_the_current_hour() {
+        // 08:00, 08:10, ..., 08:50 of the same day; now 08:55.
+        let now = NOW + 55 * 60;
+        let snaps: Vec<SnapshotName> = (0..6).map(|k| full(10 + k, NOW + k * 600)).collect();
+        let plan = plan(&snaps, Retention::Exponential, now);
+        assert_eq!(plan.kept_full, [0, 1, 2, 3, 4, 5]);
+        assert!(plan.delete.is_empty());
+        // An hour later, only the newest of that hour and the newest overall stay.
+        let plan = super::plan(&snaps, Retention::Exponential, now + 3_600);
+        assert_eq!(plan.kept_full, [5]);
+        // (the newest is the newest of its hour too)
+        assert_eq!(plan.delete, [0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn gc_runs_only_at_the_running_host_with_no_migration_in_progress() {
+        let mut ring = crate::testing::Ring::new();
+        ring.add("x", Some("b"), "a");
+        let mut obs = crate::controller::Observations::default();
+        let epoch = ring.cp("x").epoch;
+        assert_eq!(
+            hold(&ring.state, "a", "x", epoch),
+            Some(Hold::NotServingHere { epoch }),
+            "starting, not running yet"
+        );
+        obs.serving.insert(("x".into(), epoch, "a".into()));
+        ring.run(&mut obs);
+        let state = ring.state.clone();
+        assert_eq!(hold(&state, "a", "x", epoch), None);
+        assert_eq!(
+            hold(&state, "b", "x", epoch),
+            Some(Hold::NotServingHere { epoch })
+        );
+        assert_eq!(
+            hold(&state, "a", "x", epoch + 1),
+            Some(Hold::NotServingHere { epoch: epoch + 1 })
+        );
+        assert!(hold(&state, "a", "nope", epoch).is_some());
+        let mut moving = state.clone();
+        let cp = moving.control_planes.get_mut("x").unwrap();
+        cp.migration = Some(crate::migration::Migration {
+            epoch,
+            from: Some("b".into()),
+            to: "a".into(),
+            source: "file:///b".into(),
+            destination: "file:///a".into(),
+            step: MigrationStep::Copying,
+            started_unix_ms: 0,
+            updated_unix_ms: 0,
+            bytes_copied: 0,
+            restored: None,
+            data_loss_window_ms: None,
+            note: String::new(),
+        });
+        assert_eq!(
+            hold(&moving, "a", "x", epoch),
+            Some(Hold::Migrating {
+                epoch,
+                step: "copying"
+            })
+        );
+        let cp = moving.control_planes.get_mut("x").unwrap();
+        cp.migration.as_mut().unwrap().step = MigrationStep::Done;
+        assert_eq!(hold(&moving, "a", "x", epoch), None);
     }
 
     #[test]

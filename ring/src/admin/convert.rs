@@ -92,6 +92,21 @@ pub fn backup_status(r: &crate::core::backup_report::BackupReport) -> pb::Backup
         newest_delta_unix_ms: r.newest_delta_unix_ms,
         up_to_date_unix_ms: r.up_to_date_unix_ms,
         delta_period_ms: r.delta_period_ms,
+        gc: r.gc.as_ref().map(|gc| pb::GarbageCollection {
+            policy: gc.policy.clone(),
+            last_unix_ms: gc.last_unix_ms,
+            kept_full: gc.kept_full,
+            oldest_full: gc.oldest_full.clone().unwrap_or_default(),
+            deleted: gc.deleted,
+            held: gc.held.clone(),
+        }),
+        defrag: r.defrag.map(|d| pb::Defragmentation {
+            last_unix_ms: d.last_unix_ms,
+            took_ms: d.took_ms,
+            db_before_bytes: d.db_before_bytes,
+            db_after_bytes: d.db_after_bytes,
+            longer_than_lease: d.longer_than_lease,
+        }),
     }
 }
 

@@ -9,18 +9,52 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::core::backup_report::BackupReport;
 
 /// The newest [`BackupReport`] of each control plane hosted here, with the epoch of the
 /// instance that recorded it; modelled on [`super::etcd::SnapshotTimes`]. Only control planes
 /// an instance runs here appear, one entry each, and only once it recorded a report.
+/// Also what this member's garbage collections deleted, in total.
 #[derive(Debug, Default)]
-pub struct BackupStatuses(Mutex<BTreeMap<String, (u64, BackupReport)>>);
+pub struct BackupStatuses {
+    reports: Mutex<BTreeMap<String, (u64, BackupReport)>>,
+    /// Full snapshots, delta snapshots deleted, and deletions that failed.
+    gc: [AtomicU64; 3],
+}
+
+/// What this member's garbage collections did since it started (`/metrics`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GcTotals {
+    /// Full snapshots deleted.
+    pub deleted_full: u64,
+    /// Delta snapshots deleted.
+    pub deleted_delta: u64,
+    /// Deletions (or listings) that failed.
+    pub failures: u64,
+}
 
 impl BackupStatuses {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, (u64, BackupReport)>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.reports.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts what a garbage collection did.
+    pub fn count_gc(&self, deleted_full: u64, deleted_delta: u64, failures: u64) {
+        for (counter, n) in self.gc.iter().zip([deleted_full, deleted_delta, failures]) {
+            counter.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// What this member's garbage collections did since it started.
+    pub fn gc_totals(&self) -> GcTotals {
+        let [full, delta, failures] = &self.gc;
+        GcTotals {
+            deleted_full: full.load(Ordering::Relaxed),
+            deleted_delta: delta.load(Ordering::Relaxed),
+            failures: failures.load(Ordering::Relaxed),
+        }
     }
 
     /// Records `report` for `name` at `epoch`, replacing what was recorded before, unless an

@@ -320,30 +320,21 @@ impl Workloads {
         self.replicas.insert(target.name, replica);
     }
 
-    /// What each zone-tolerant control plane this member fronts is to do for its etcd
-    /// cluster, from the applied `state`.
-    pub fn cluster_duties(
-        &self,
-        state: &crate::core::RingState,
-    ) -> BTreeMap<String, Option<ClusterDuty>> {
-        self.etcd_instances
-            .iter()
-            .filter(|(_, i)| i.target().zone_tolerant)
-            .map(|(name, _)| {
-                (
-                    name.clone(),
-                    ClusterDuty::from_state(state, &self.member, name),
-                )
-            })
-            .collect()
-    }
-
-    /// Hands each front end its duty.
-    pub fn set_cluster_duties(&self, duties: BTreeMap<String, Option<ClusterDuty>>) {
-        for (name, duty) in duties {
-            if let Some(instance) = self.etcd_instances.get(&name) {
-                instance.set_cluster_duty(duty);
+    /// Tells each etcd instance what the applied `state` asks of it: a zone-tolerant front
+    /// end its etcd cluster's duty, every instance whether it may garbage-collect its backups
+    /// ([`crate::core::backup_retention::hold`]).
+    pub fn follow_state(&self, state: &crate::core::RingState) {
+        for (name, instance) in &self.etcd_instances {
+            let epoch = instance.target().epoch;
+            if instance.target().zone_tolerant {
+                instance.set_cluster_duty(ClusterDuty::from_state(state, &self.member, name));
             }
+            instance.set_gc_hold(crate::core::backup_retention::hold(
+                state,
+                &self.member,
+                name,
+                epoch,
+            ));
         }
     }
 

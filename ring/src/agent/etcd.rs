@@ -39,6 +39,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
 use super::etcd_backups::{Backups, Stored};
+use super::etcd_gc::{self, Collected};
 use super::etcd_replica::ReplicaHandle;
 pub use super::etcd_runtime::{EtcdRuntime, SnapshotTimes};
 use super::gate::Gate;
@@ -50,6 +51,8 @@ use crate::backup::etcd::{EtcdClient, EtcdClientOptions};
 use crate::backup::location::BackupLocation;
 use crate::backup::migrate::{MigrateError, MigrationPlan, migrate};
 use crate::backup::restore::{RestoreError, RestoreOptions, RestoreTool, restore_newest};
+use crate::core::backup_report::{DefragReport, GcReport};
+use crate::core::backup_retention::Hold;
 use crate::core::etcd_cluster::EtcdChangeStep;
 use crate::core::migration::{MigrationReport, MigrationStep, note_text};
 use crate::time::{monotonic_ms, unix_ms};
@@ -86,6 +89,9 @@ struct View {
     /// etcd's ids of its cluster's members as it last listed them (generation, ring member ->
     /// id).
     etcd_ids: Option<(u64, BTreeMap<String, u64>)>,
+    /// Why its backups may not be garbage-collected now, from the applied state (None: they
+    /// may).
+    gc_hold: Option<Hold>,
 }
 
 struct Shared {
@@ -161,6 +167,9 @@ impl EtcdInstance {
                 copy: None,
                 etcd_done: None,
                 etcd_ids: None,
+                gc_hold: Some(Hold::NotServingHere {
+                    epoch: target.epoch,
+                }),
             }),
             gate: tokio::sync::Mutex::new(None),
         });
@@ -196,6 +205,12 @@ impl EtcdInstance {
             *c = duty;
             changed
         });
+    }
+
+    /// Whether its backups may be garbage-collected now (see
+    /// [`crate::core::backup_retention::hold`]).
+    pub fn set_gc_hold(&self, hold: Option<Hold>) {
+        self.shared.view().gc_hold = hold;
     }
 
     /// etcd's ids of its cluster's members as this front end last listed them: (generation,
@@ -683,7 +698,7 @@ async fn serve(
     let client_url = format!("http://127.0.0.1:{client_port}");
     let peer_url = format!("http://127.0.0.1:{peer_port}");
     let dir = runtime.epoch_dir(name, epoch);
-    let argv: Vec<String> = vec![
+    let mut argv: Vec<String> = vec![
         runtime.bin_dir.join("etcd").display().to_string(),
         "--name".into(),
         name.clone(),
@@ -704,6 +719,7 @@ async fn serve(
         "--log-level".into(),
         "error".into(),
     ];
+    argv.extend(runtime.settings.etcd_health_flags());
     let env = [
         ("GARDEN_RING_CONTROL_PLANE", name.clone()),
         ("GARDEN_RING_EPOCH", epoch.to_string()),
@@ -1011,6 +1027,12 @@ async fn behind_gate(
     let fronts_replica = matches!(backend, Backend::Replica(..));
     let mut change_tick = tokio::time::interval(Duration::from_millis(ETCD_CHANGE_INTERVAL_MS));
     change_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let gc_period_ms = runtime.settings.garbage_collection_period_ms;
+    let retention = runtime.settings.retention();
+    let mut next_gc = tokio::time::Instant::now() + Duration::from_millis(gc_period_ms.max(1));
+    let defrag_interval_ms = runtime.settings.defragmentation_interval_ms;
+    let mut next_defrag =
+        tokio::time::Instant::now() + Duration::from_millis(defrag_interval_ms.max(1));
     let ending = loop {
         tokio::select! {
             _ = stopped(stop) => break Ending::Stopped,
@@ -1023,7 +1045,8 @@ async fn behind_gate(
                 }
             }
             _ = tokio::time::sleep_until(next_full) => {
-                match backups.full(deadline, false).await {
+                let full = backups.full(deadline, false);
+                match forwarding_deadlines(&mut backend, &mut deadline_for_guard, full).await {
                     Ok(Stored::Taken(taken)) => {
                         tracing::debug!("full snapshot {} ({} bytes)", taken.location, taken.stored_size_bytes);
                         next_full = tokio::time::Instant::now() + full_interval;
@@ -1047,7 +1070,8 @@ async fn behind_gate(
             }
             _ = tokio::time::sleep_until(next_delta), if delta_period_ms > 0 && backups.watching() => {
                 last_cut_failed = false;
-                match backups.cut(deadline, false).await {
+                let cut = backups.cut(deadline, false);
+                match forwarding_deadlines(&mut backend, &mut deadline_for_guard, cut).await {
                     Ok(Stored::Taken(taken)) => tracing::debug!("delta snapshot {} ({} bytes)", taken.location, taken.stored_size_bytes),
                     Ok(Stored::Lost(lost)) => break Ending::Lost(lost),
                     Ok(Stored::Nothing) => {}
@@ -1058,7 +1082,53 @@ async fn behind_gate(
                         last_cut_failed = true;
                     }
                 }
+                if let Some(why) = backups.compaction_due() {
+                    // A restore replays every delta since the full snapshot: bound them.
+                    tracing::info!("{why}: a full snapshot now (compaction)");
+                    next_full = tokio::time::Instant::now();
+                }
                 next_delta = tokio::time::Instant::now() + delta_period;
+                publish(runtime, target, &backups);
+            }
+            _ = tokio::time::sleep_until(next_gc), if gc_period_ms > 0 => {
+                let hold = shared.view().gc_hold.clone();
+                let collect = etcd_gc::collect(&backups, deadline, retention, hold);
+                let collected = forwarding_deadlines(&mut backend, &mut deadline_for_guard, collect).await;
+                let held = |backups: &mut Backups, why: String| {
+                    backups
+                        .gc
+                        .get_or_insert_with(|| GcReport {
+                            policy: etcd_gc::policy_name(retention),
+                            ..GcReport::default()
+                        })
+                        .held = why;
+                };
+                match collected {
+                    Ok(Collected::Ran(report)) => backups.gc = Some(report),
+                    Ok(Collected::Held(why)) => {
+                        tracing::debug!("garbage collection held: {why}");
+                        held(&mut backups, why);
+                    }
+                    Ok(Collected::Lost(lost)) => break Ending::Lost(lost),
+                    Err(e) => {
+                        tracing::warn!("garbage collection failed: {e}; again in {gc_period_ms} ms");
+                        backups.count_gc(0, 0, 1);
+                        held(&mut backups, crate::core::migration::note_text(&format!("failed: {e}")));
+                    }
+                }
+                next_gc = tokio::time::Instant::now() + Duration::from_millis(gc_period_ms);
+                publish(runtime, target, &backups);
+            }
+            _ = tokio::time::sleep_until(next_defrag), if defrag_interval_ms > 0 => {
+                let defrag = defragment(&client, runtime.timing.lease_ms, runtime.settings.restore_timeout_ms);
+                let report = forwarding_deadlines(&mut backend, &mut deadline_for_guard, defrag).await;
+                if report.is_some() {
+                    // A full snapshot follows a defragmentation (as Gardener's does): the
+                    // compacted database is the new base of the chain.
+                    next_full = tokio::time::Instant::now();
+                }
+                backups.defrag = report.or(backups.defrag.take());
+                next_defrag = tokio::time::Instant::now() + Duration::from_millis(defrag_interval_ms);
                 publish(runtime, target, &backups);
             }
             _ = health.tick() => {
@@ -1116,6 +1186,66 @@ fn set_copy_progress(shared: &Shared, progress: watch::Receiver<CopyProgress>) {
 
 fn set_healthy(shared: &Shared, ok: bool) {
     shared.view().healthy = ok;
+}
+
+/// Awaits `work` while handing every new lease deadline on to the guard of an own etcd: a
+/// long snapshot, garbage collection or defragmentation must not leave the guard with a
+/// deadline that has run out (it would fence a member that renewed its lease).
+async fn forwarding_deadlines<T>(
+    backend: &mut Backend,
+    deadline: &mut watch::Receiver<u64>,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    let mut work = std::pin::pin!(work);
+    loop {
+        tokio::select! {
+            out = &mut work => return out,
+            changed = deadline.changed() => {
+                if changed.is_err() {
+                    return work.await;
+                }
+                let d = *deadline.borrow_and_update();
+                backend.set_deadline(d).await;
+            }
+        }
+    }
+}
+
+/// Defragments the etcd `client` reaches (waiting up to `timeout_ms`) and says what it did:
+/// the database's size before and after, and how long it took, which is how long etcd
+/// answered nothing. Longer than `lease_ms` is logged as a warning and shows in `cp get`.
+async fn defragment(client: &EtcdClient, lease_ms: u64, timeout_ms: u64) -> Option<DefragReport> {
+    let before = client.status().await.ok();
+    let started = monotonic_ms();
+    if let Err(e) = client.defragment(timeout_ms).await {
+        tracing::warn!("defragmentation failed: {e}; again at the next interval");
+        return None;
+    }
+    let took_ms = monotonic_ms() - started;
+    let after = client.status().await.ok();
+    let size =
+        |s: &Option<crate::backup::etcd::EtcdStatus>| s.as_ref().map_or(0, |s| s.db_size_bytes);
+    let report = DefragReport {
+        last_unix_ms: unix_ms(),
+        took_ms,
+        db_before_bytes: size(&before),
+        db_after_bytes: size(&after),
+        longer_than_lease: took_ms > lease_ms,
+    };
+    if report.longer_than_lease {
+        tracing::warn!(
+            "defragmentation took {took_ms} ms, longer than the lease ({lease_ms} ms): etcd answered nothing meanwhile (database {} -> {} bytes)",
+            report.db_before_bytes,
+            report.db_after_bytes
+        );
+    } else {
+        tracing::info!(
+            "defragmented in {took_ms} ms (database {} -> {} bytes)",
+            report.db_before_bytes,
+            report.db_after_bytes
+        );
+    }
+    Some(report)
 }
 
 /// Tells the member what the backups of `target` reach (for its renewals and `/metrics`).

@@ -36,7 +36,7 @@ use crate::backup::marker::{self, Marker, Ownership};
 use crate::backup::snapshot::{
     StagedSnapshot, TakenSnapshot, stage_delta_snapshot, stage_full_snapshot,
 };
-use crate::core::backup_report::BackupReport;
+use crate::core::backup_report::{BackupReport, DefragReport, GcReport};
 use crate::time::unix_ms;
 
 /// What an attempt to store a snapshot came to.
@@ -68,6 +68,13 @@ pub(super) struct Backups {
     pub full: Option<String>,
     /// Deltas stored since it.
     pub deltas_since_full: u64,
+    /// Events and bytes (as encoded) in them.
+    events_since_full: u64,
+    bytes_since_full: u64,
+    /// What garbage collection last did.
+    pub gc: Option<GcReport>,
+    /// The last defragmentation.
+    pub defrag: Option<DefragReport>,
     /// When the newest of them was stored, Unix ms.
     pub newest_delta_unix_ms: Option<u64>,
     /// When the stored snapshots last held everything etcd had, Unix ms.
@@ -93,9 +100,45 @@ impl Backups {
             delivered: 0,
             full: None,
             deltas_since_full: 0,
+            events_since_full: 0,
+            bytes_since_full: 0,
+            gc: None,
+            defrag: None,
             newest_delta_unix_ms: None,
             up_to_date_unix_ms: 0,
         }
+    }
+
+    /// The location this instance writes to.
+    pub(super) fn location(&self) -> &BackupLocation {
+        &self.own
+    }
+
+    /// Counts what a garbage collection did (for `/metrics`).
+    pub(super) fn count_gc(&self, deleted_full: u64, deleted_delta: u64, failures: u64) {
+        self.runtime
+            .backups
+            .count_gc(deleted_full, deleted_delta, failures);
+    }
+
+    /// Why the deltas since the last full snapshot call for a new one (etcd-druid's
+    /// compaction: a restore replays them all), if they do: more events than
+    /// `compaction_events`, or more bytes than `compaction_bytes` (0: no limit).
+    pub(super) fn compaction_due(&self) -> Option<String> {
+        let settings = &self.runtime.settings;
+        if settings.compaction_events > 0 && self.events_since_full >= settings.compaction_events {
+            return Some(format!(
+                "{} events in {} deltas since the full snapshot (compaction_events {})",
+                self.events_since_full, self.deltas_since_full, settings.compaction_events
+            ));
+        }
+        if settings.compaction_bytes > 0 && self.bytes_since_full >= settings.compaction_bytes {
+            return Some(format!(
+                "{} bytes in {} deltas since the full snapshot (compaction_bytes {})",
+                self.bytes_since_full, self.deltas_since_full, settings.compaction_bytes
+            ));
+        }
+        None
     }
 
     fn deltas_enabled(&self) -> bool {
@@ -121,6 +164,8 @@ impl Backups {
             newest_delta_unix_ms: self.newest_delta_unix_ms,
             up_to_date_unix_ms: self.up_to_date_unix_ms,
             delta_period_ms,
+            gc: self.gc.clone(),
+            defrag: self.defrag,
         }
     }
 
@@ -143,6 +188,8 @@ impl Backups {
                 .sum();
             self.full = Some(taken.location.to_string());
             self.deltas_since_full = 0;
+            self.events_since_full = 0;
+            self.bytes_since_full = 0;
             self.newest_delta_unix_ms = None;
             self.up_to_date_unix_ms = unix_ms();
             if self.deltas_enabled() && self.watch.is_none() && !final_ {
@@ -254,6 +301,8 @@ impl Backups {
                 Some(taken.revision)
             );
             self.covered = taken.revision;
+            self.events_since_full += self.pending.len() as u64;
+            self.bytes_since_full += self.pending_bytes;
             self.pending.clear();
             self.pending_bytes = 0;
             self.deltas_since_full += 1;
@@ -367,7 +416,7 @@ impl Backups {
 
     /// Why this member may no longer write into its location, if so: its lease ran out, or the
     /// location's marker names a later owner.
-    async fn lost_ownership(
+    pub(super) async fn lost_ownership(
         &self,
         deadline: &watch::Receiver<u64>,
     ) -> Result<Option<String>, StoreError> {

@@ -303,6 +303,7 @@ async fn etcd_argv(
         "--log-level".into(),
         "error".into(),
     ];
+    argv.extend(runtime.settings.etcd_health_flags());
     if target.force_new_cluster {
         // An operator's recovery: this member's data, this member alone.
         tracing::warn!(

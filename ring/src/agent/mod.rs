@@ -9,6 +9,7 @@ pub mod backup_status;
 pub mod driver;
 pub mod etcd;
 mod etcd_backups;
+mod etcd_gc;
 mod etcd_membership;
 mod etcd_replica;
 mod etcd_runtime;
@@ -243,8 +244,7 @@ impl Agent {
             self.act_on_replica(action);
         }
         // The hosts of zone-tolerant control planes carry out their clusters' changes.
-        let duties = self.state.read(|a| self.workloads.cluster_duties(&a.state));
-        self.workloads.set_cluster_duties(duties);
+        self.state.read(|a| self.workloads.follow_state(&a.state));
     }
 
     fn act_on_replica(&mut self, action: ReplicaAction) {

@@ -138,6 +138,10 @@ pub struct EtcdStatus {
     pub version: String,
     /// The backend database's size, in bytes.
     pub db_size_bytes: u64,
+    /// The bytes of it in use (the rest a defragmentation gives back).
+    pub db_size_in_use_bytes: u64,
+    /// The alarms raised (e.g. `NOSPACE` past the quota).
+    pub alarms: Vec<String>,
     /// The leader's member id as this member knows it, 0 when it knows none.
     pub leader: u64,
     /// This member's id.
@@ -477,6 +481,8 @@ impl EtcdClient {
         Ok(EtcdStatus {
             version: r.version,
             db_size_bytes: u64::try_from(r.db_size).unwrap_or(0),
+            db_size_in_use_bytes: u64::try_from(r.db_size_in_use).unwrap_or(0),
+            alarms: r.errors,
             leader: r.leader,
             member_id: header.member_id,
             revision: self.revision_of("Status", header.revision)?,
@@ -627,6 +633,22 @@ impl EtcdClient {
             });
         }
         self.revision_of("Txn", r.header.unwrap_or_default().revision)
+    }
+
+    /// Defragments the answering member's database; it answers nothing else meanwhile. Waits
+    /// up to `timeout_ms` (a big database takes long), not the client's request timeout.
+    pub async fn defragment(&self, timeout_ms: u64) -> Result<(), EtcdError> {
+        let mut client = self.maintenance.clone();
+        let call = client.defragment(self.request(etcdpb::DefragmentRequest {}));
+        tokio::time::timeout(Duration::from_millis(timeout_ms), call)
+            .await
+            .map_err(|_| EtcdError::Timeout {
+                endpoint: self.endpoint.clone(),
+                what: "Defragment",
+                timeout_ms,
+            })?
+            .map_err(|s| status_error(&self.endpoint, "Defragment", s))?;
+        Ok(())
     }
 
     /// Compacts the history before `revision` (tests: a watch behind a compaction).

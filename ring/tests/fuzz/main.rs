@@ -883,6 +883,23 @@ fn backup_report() -> BoxedStrategy<BackupReport> {
         any::<u8>(),
     )
         .prop_map(|(full, deltas, revision, at, period, skew)| BackupReport {
+            // Garbage collection and defragmentation reports now and then, their texts as
+            // arbitrary as the snapshot key's.
+            gc: (skew % 4 == 1).then(|| garden_ring::core::backup_report::GcReport {
+                policy: full.clone().unwrap_or_default(),
+                last_unix_ms: at,
+                kept_full: deltas,
+                oldest_full: full.clone(),
+                deleted: revision,
+                held: full.clone().unwrap_or_default(),
+            }),
+            defrag: (skew % 4 == 2).then_some(garden_ring::core::backup_report::DefragReport {
+                last_unix_ms: at,
+                took_ms: period,
+                db_before_bytes: revision,
+                db_after_bytes: deltas,
+                longer_than_lease: skew % 8 == 2,
+            }),
             full,
             deltas_since_full: deltas,
             revision,

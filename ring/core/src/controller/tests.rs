@@ -533,6 +533,7 @@ fn backups(full: &str, deltas: u64, up_to_date_unix_ms: u64) -> BackupReport {
         newest_delta_unix_ms: (deltas > 0).then_some(up_to_date_unix_ms),
         up_to_date_unix_ms,
         delta_period_ms: 1_000,
+        ..BackupReport::default()
     }
 }
 

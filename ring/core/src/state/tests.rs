@@ -922,6 +922,7 @@ fn backup_report(full: &str, deltas: u64, up_to_date_unix_ms: u64) -> BackupRepo
         newest_delta_unix_ms: (deltas > 0).then_some(up_to_date_unix_ms),
         up_to_date_unix_ms,
         delta_period_ms: 20_000,
+        ..BackupReport::default()
     }
 }
 

@@ -618,6 +618,7 @@ impl<'a> World<'a> {
             newest_delta_unix_ms: (deltas > 0).then_some(unix_ms),
             up_to_date_unix_ms: unix_ms,
             delta_period_ms: 1_000,
+            ..BackupReport::default()
         }
     }
 

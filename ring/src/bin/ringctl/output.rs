@@ -217,7 +217,7 @@ pub fn backups(b: Option<&pb::BackupStatus>, now_ms: u64) -> String {
         Some(at) => format!("{} ({} UTC)", ago(now_ms, at), utc(at)),
         None => "none since the full snapshot".into(),
     };
-    format!(
+    let mut out = format!(
         "backups:\n  newest full:      {}\n  deltas since:     {deltas}\n  revision:         {}\n  newest delta:     {newest_delta}\n  up to date as of: {} ({} UTC)",
         if b.full.is_empty() {
             "none yet"
@@ -227,7 +227,59 @@ pub fn backups(b: Option<&pb::BackupStatus>, now_ms: u64) -> String {
         b.revision,
         ago(now_ms, b.up_to_date_unix_ms),
         utc(b.up_to_date_unix_ms)
-    )
+    );
+    if let Some(gc) = &b.gc {
+        out.push_str(&format!("\n  retention:        {}", gc.policy));
+        if gc.last_unix_ms > 0 {
+            let oldest = if gc.oldest_full.is_empty() {
+                String::new()
+            } else {
+                format!(", the oldest {}", gc.oldest_full)
+            };
+            out.push_str(&format!(
+                "\n  kept:             {} full snapshot{}{oldest}\n  last GC:          {} ({} UTC), {} deleted",
+                gc.kept_full,
+                if gc.kept_full == 1 { "" } else { "s" },
+                ago(now_ms, gc.last_unix_ms),
+                utc(gc.last_unix_ms),
+                gc.deleted
+            ));
+        }
+        if !gc.held.is_empty() {
+            out.push_str(&format!("\n  GC held:          {}", gc.held));
+        }
+    }
+    if let Some(d) = &b.defrag {
+        out.push_str(&format!(
+            "\n  defragmented:     {} ({} UTC) in {}, database {} -> {}{}",
+            ago(now_ms, d.last_unix_ms),
+            utc(d.last_unix_ms),
+            duration(d.took_ms),
+            size(d.db_before_bytes),
+            size(d.db_after_bytes),
+            if d.longer_than_lease {
+                " (longer than the lease: the endpoint stalled)"
+            } else {
+                ""
+            }
+        ));
+    }
+    out
+}
+
+/// `bytes` in binary units: `812 B`, `20.0 KiB`, `1.5 MiB`, `1.00 GiB`.
+fn size(bytes: u64) -> String {
+    const KIB: f64 = 1024.0;
+    let b = bytes as f64;
+    if bytes < 1024 {
+        format!("{bytes} B")
+    } else if b < KIB * KIB {
+        format!("{:.1} KiB", b / KIB)
+    } else if b < KIB * KIB * KIB {
+        format!("{:.1} MiB", b / (KIB * KIB))
+    } else {
+        format!("{:.2} GiB", b / (KIB * KIB * KIB))
+    }
 }
 
 /// `ms` in words: `750 ms`, `20 s`, `1.5 s`, `2 min 5 s`, `3 h 4 min`.
@@ -481,6 +533,8 @@ mod tests {
             newest_delta_unix_ms: Some(1_796_083_200_000),
             up_to_date_unix_ms: 1_796_083_201_000,
             delta_period_ms: 20_000,
+            gc: None,
+            defrag: None,
         };
         assert_eq!(
             backups(Some(&b), 1_796_083_203_500),
@@ -491,7 +545,7 @@ mod tests {
             deltas_since_full: 0,
             newest_delta_unix_ms: None,
             delta_period_ms: 0,
-            ..b
+            ..b.clone()
         };
         let text = backups(Some(&quiet), 1_796_083_000_000);
         assert!(text.contains("newest full:      none yet"), "{text}");
@@ -499,6 +553,45 @@ mod tests {
         assert!(text.contains("none since the full snapshot"), "{text}");
         assert!(
             text.contains("3 min 21 s ahead of this machine's clock"),
+            "{text}"
+        );
+        let collected = pb::BackupStatus {
+            gc: Some(pb::GarbageCollection {
+                policy: "limit-based (7)".into(),
+                last_unix_ms: 1_796_083_200_000,
+                kept_full: 7,
+                oldest_full: "Full-00000000-00000010-1796000000".into(),
+                deleted: 4,
+                held: String::new(),
+            }),
+            ..b.clone()
+        };
+        let text = backups(Some(&collected), 1_796_083_210_000);
+        assert!(
+            text.ends_with("\n  retention:        limit-based (7)\n  kept:             7 full snapshots, the oldest Full-00000000-00000010-1796000000\n  last GC:          10 s ago (2026-12-01 00:00:00.000 UTC), 4 deleted"),
+            "{text}"
+        );
+        let held = pb::BackupStatus {
+            gc: Some(pb::GarbageCollection {
+                policy: "exponential".into(),
+                held: "its migration of epoch 4 is in progress (copying)".into(),
+                ..pb::GarbageCollection::default()
+            }),
+            ..b
+        };
+        let held = pb::BackupStatus {
+            defrag: Some(pb::Defragmentation {
+                last_unix_ms: 1_796_083_200_000,
+                took_ms: 5_250,
+                db_before_bytes: 1_073_741_824,
+                db_after_bytes: 536_870_912,
+                longer_than_lease: true,
+            }),
+            ..held
+        };
+        let text = backups(Some(&held), 1_796_083_210_000);
+        assert!(
+            text.ends_with("\n  retention:        exponential\n  GC held:          its migration of epoch 4 is in progress (copying)\n  defragmented:     10 s ago (2026-12-01 00:00:00.000 UTC) in 5.2 s, database 1.00 GiB -> 512.0 MiB (longer than the lease: the endpoint stalled)"),
             "{text}"
         );
         assert_eq!(duration(3_723_000), "1 h 2 min");
