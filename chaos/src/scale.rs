@@ -294,6 +294,8 @@ pub async fn run(opts: &ScaleOptions) -> anyhow::Result<ScaleReport> {
         // measurement asks every survivor about, and three servers' worth of checks would
         // be load the coordinator adds only because of the benchmark.
         verify_every_server: false,
+        driver: Default::default(),
+        backup: Default::default(),
     };
     let mut ring = LocalRing::start(&dir, &opts.bin_dir, &certs, &spec)?;
     let founders = ring.members[0].config.initial_members.clone();

@@ -343,6 +343,8 @@ pub async fn run(opts: &CommitOptions) -> anyhow::Result<CommitReport> {
         timing: Timing::default(),
         dns: false,
         verify_every_server: false,
+        driver: Default::default(),
+        backup: Default::default(),
     };
     let mut ring = LocalRing::start(&ring_dir, &opts.bin_dir, &opts.certs, &spec)?;
     ring.wait_healthy(Duration::from_secs(60)).await?;

@@ -188,7 +188,7 @@ pub fn data(seed: u64, len: usize) -> Vec<u8> {
 
 /// The plain baseline: every object of `from` under `prefix`, `get` streamed into
 /// `WriteMultipart` at `to` under `into/`, [`PARALLELISM`] objects at once.
-async fn raw_copy(
+pub(super) async fn raw_copy(
     from: Arc<dyn ObjectStore>,
     to: Arc<dyn ObjectStore>,
     prefix: &Path,
@@ -219,7 +219,7 @@ async fn raw_copy(
 }
 
 /// Deletes every object under `prefix` (moto keeps them in memory).
-async fn delete_all(store: Arc<dyn ObjectStore>, prefix: &str) -> anyhow::Result<()> {
+pub(super) async fn delete_all(store: Arc<dyn ObjectStore>, prefix: &str) -> anyhow::Result<()> {
     let prefix = Path::parse(prefix)?;
     let objects: Vec<_> = store.list(Some(&prefix)).try_collect().await?;
     for meta in objects {

@@ -221,6 +221,8 @@ async fn trial(
         timing: timing.clone(),
         dns: true,
         verify_every_server: true,
+        driver: Default::default(),
+        backup: Default::default(),
     };
     let mut ring = LocalRing::start(dir, &opts.bin_dir, &opts.certs, &spec)?;
     ring.wait_healthy(Duration::from_secs(60)).await?;

@@ -48,6 +48,10 @@ pub struct RingSpec {
     /// With `dns`: whether the leader checks every member's server for each record (as in
     /// production), or only its own.
     pub verify_every_server: bool,
+    /// The members' driver (`none` by default).
+    pub driver: garden_ring::config::DriverSettings,
+    /// How the members reach their backup locations.
+    pub backup: garden_ring::config::BackupSettings,
 }
 
 /// One member of a [`LocalRing`].
@@ -148,7 +152,7 @@ impl LocalRing {
                 timing: spec.timing.clone(),
                 snapshot: SnapshotSettings::default(),
                 log: LogSettings::default(),
-                backup: Default::default(),
+                backup: spec.backup.clone(),
                 tls: Some(TlsSettings {
                     files: garden_ring::demo::tls_files(
                         certs,
@@ -174,7 +178,7 @@ impl LocalRing {
                     capacity: 0,
                     ..PlacementSettings::default()
                 },
-                driver: Default::default(),
+                driver: spec.driver.clone(),
             };
             config
                 .validate()

@@ -7,6 +7,10 @@
 //! - `failover` ([`failover`]): SIGKILL of a control plane's host, kill -> lost, new leader,
 //!   move committed, serving, DNS answering, against the configured lease;
 //! - `copy` ([`copy`]): the migration's snapshot copy against a raw copy of the same data;
+//! - `backup` ([`backup`]): the backup data path at a real size (`--backup-mib`, 1 GiB): the
+//!   deltas' cost on the hosted etcd, full snapshot upload and migration copy against raw
+//!   `object_store`, restore of a full snapshot + 100 deltas against `etcdbrctl restore`, and
+//!   a switchover and a failover of a control plane that big, in their parts;
 //! - `scale` ([`crate::scale`]): 10,000 control planes, the member hosting 1,000 of them
 //!   killed: time until they all run elsewhere and DNS answers their new hosts, and every
 //!   `ringd`'s RSS at rest and during the storm, against the goals (10 s, 100 MiB).
@@ -14,6 +18,7 @@
 //! Output: a table (one row per measurement: ring, baseline, ratio, goal, met) and
 //! `--out`/`bench.json` (the rows plus every part's full report).
 
+mod backup;
 mod commit;
 mod copy;
 mod failover;
@@ -41,10 +46,18 @@ pub enum Part {
     Copy,
     /// Failover at scale: 1,000 of 10,000 control planes moved at once, and memory.
     Scale,
+    /// The backup data path at a real size: deltas' cost, upload, copy, restore, moves.
+    Backup,
 }
 
 impl Part {
-    const ALL: [Part; 4] = [Part::Commit, Part::Failover, Part::Copy, Part::Scale];
+    const ALL: [Part; 5] = [
+        Part::Commit,
+        Part::Failover,
+        Part::Copy,
+        Part::Scale,
+        Part::Backup,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -52,6 +65,7 @@ impl Part {
             Part::Failover => "failover",
             Part::Copy => "copy",
             Part::Scale => "scale",
+            Part::Backup => "backup",
         }
     }
 }
@@ -93,6 +107,9 @@ pub struct BenchArgs {
     /// `scale` kills the leader instead of a follower.
     #[arg(long)]
     scale_kill_leader: bool,
+    /// MiB the etcd of `backup` holds [default: 1024; --quick: 64].
+    #[arg(long)]
+    backup_mib: Option<usize>,
     /// Record the leader ringd with `perf record --call-graph dwarf` during each commit
     /// concurrency, into OUT/perf-ring-leader-<clients>.data (MBs each; `perf report -i`).
     #[arg(long)]
@@ -122,6 +139,8 @@ pub struct Settings {
     pub scale_on_victim: usize,
     /// Whether scale kills the leader instead of a follower.
     pub scale_kill_leader: bool,
+    /// MiB the etcd of `backup` holds.
+    pub backup_mib: usize,
 }
 
 impl Settings {
@@ -171,7 +190,14 @@ impl Settings {
                 scale_control_planes / 2
             );
         }
+        let backup_mib = args
+            .backup_mib
+            .unwrap_or(if args.quick { 64 } else { 1024 });
+        if !(16..=8192).contains(&backup_mib) {
+            bail!("--backup-mib must be 16 to 8192");
+        }
         Ok(Self {
+            backup_mib,
             parts,
             seconds,
             warmup: if args.quick { 1.0 } else { 2.0 },
@@ -549,6 +575,101 @@ fn copy_rows(r: &copy::CopyReport) -> Vec<Row> {
     rows
 }
 
+/// The rows of the backup report.
+fn backup_rows(r: &backup::BackupReport) -> Vec<Row> {
+    let size = format!("{} MiB", r.size_mib);
+    let mut rows = vec![
+        Row::new(
+            Part::Backup,
+            format!(
+                "writes/s, {} clients, a delta every {} s ({size} etcd)",
+                r.clients,
+                backup::DELTA_PERIOD.as_secs()
+            ),
+            "writes/s",
+            Some(copy::median(&r.with_deltas_writes_per_s)),
+            "no snapshots",
+            Some(copy::median(&r.plain_writes_per_s)),
+            Goal::AtLeast { ratio: 0.95 },
+        ),
+        Row::new(
+            Part::Backup,
+            format!("full snapshot upload ({size} etcd)"),
+            "MiB/s",
+            Some(r.full_upload.mib_per_s),
+            "raw object_store",
+            Some(r.raw_upload.mib_per_s),
+            Goal::AtLeast { ratio: 0.9 },
+        ),
+        Row::new(
+            Part::Backup,
+            format!("migration copy, full + {} deltas", r.deltas),
+            "MiB/s",
+            Some(r.copy.mib_per_s),
+            "raw object_store",
+            Some(r.raw_copy.mib_per_s),
+            Goal::AtLeast { ratio: 0.9 },
+        ),
+        Row::new(
+            Part::Backup,
+            format!("restore, full + {} deltas", r.deltas),
+            "s",
+            Some(r.restore_s),
+            "etcdbrctl restore",
+            r.etcdbrctl_restore_s,
+            Goal::AtMost { ratio: 1.0 },
+        ),
+    ];
+    if let Some(s) = r.restore_35_s {
+        rows.push(Row::new(
+            Part::Backup,
+            format!("restore, full + {} deltas, etcd 3.5", r.deltas),
+            "s",
+            Some(s),
+            "etcdbrctl restore",
+            r.etcdbrctl_restore_s,
+            Goal::AtMost { ratio: 1.0 },
+        ));
+    }
+    for m in &r.moves {
+        rows.push(Row::new(
+            Part::Backup,
+            format!("{} -> serving ({size})", m.what),
+            "ms",
+            Some(m.total_ms as f64),
+            "-",
+            None,
+            Goal::Info,
+        ));
+        for (part, v) in [
+            ("before the copy", m.before_copy_ms),
+            ("copy", m.copy_ms),
+            ("restore", m.restore_ms),
+            ("start", m.start_ms),
+        ] {
+            rows.push(Row::new(
+                Part::Backup,
+                format!("  {}: {part}", m.what),
+                "ms",
+                v.map(|v| v as f64),
+                "-",
+                None,
+                Goal::Info,
+            ));
+        }
+        rows.push(Row::new(
+            Part::Backup,
+            format!("  {}: acknowledged writes lost", m.what),
+            "writes",
+            Some(m.lost_writes as f64),
+            "-",
+            None,
+            Goal::Info,
+        ));
+    }
+    rows
+}
+
 /// A number with as many decimals as it deserves.
 fn num(v: Option<f64>) -> String {
     match v {
@@ -771,6 +892,25 @@ async fn run_part(
             .await?;
             Ok((serde_json::to_value(&report)?, copy_rows(&report)))
         }
+        Part::Backup => {
+            let etcd = crate::world::find_tool("etcd")
+                .context("etcd not found (Debian: apt-get install etcd-server)")?;
+            let report = backup::run(
+                &backup::BackupBenchOptions {
+                    size_mib: cx.settings.backup_mib,
+                    seconds: cx.settings.seconds,
+                    clients: 16,
+                    deltas: 100,
+                    etcd,
+                    etcdbrctl: garden_ring_tests::etcdbrctl::find_etcdbrctl(),
+                    dir: cx.dir.to_path_buf(),
+                },
+                &cx.bin_dir()?,
+                &local::certificates(cx.certs)?,
+            )
+            .await?;
+            Ok((serde_json::to_value(&report)?, backup_rows(&report)))
+        }
         Part::Scale => {
             let report = crate::scale::run(&crate::scale::ScaleOptions {
                 control_planes: cx.settings.scale_control_planes,
@@ -795,10 +935,12 @@ pub fn main(args: BenchArgs) -> anyhow::Result<bool> {
     let settings = Settings::from_args(&args)?;
     std::fs::create_dir_all(&args.out)?;
     let out = args.out.canonicalize()?;
-    let needs_ring = settings
-        .parts
-        .iter()
-        .any(|p| matches!(p, Part::Commit | Part::Failover | Part::Scale));
+    let needs_ring = settings.parts.iter().any(|p| {
+        matches!(
+            p,
+            Part::Commit | Part::Failover | Part::Scale | Part::Backup
+        )
+    });
     let bin_dir = if needs_ring {
         Some(find_bin_dir(args.bin_dir.clone())?)
     } else {
@@ -938,6 +1080,9 @@ mod tests {
             (10.0, 2.0, 5, 128)
         );
         assert_eq!(s.concurrency, vec![1, 16, 64]);
+        assert_eq!(s.backup_mib, 1024);
+        assert_eq!(settings(&["--quick"]).unwrap().backup_mib, 64);
+        assert!(settings(&["--backup-mib", "8"]).is_err());
         let q = settings(&[
             "--quick", "--only", "copy", "--only", "commit", "--only", "copy",
         ])
