@@ -120,6 +120,8 @@ pub struct BackupReport {
     pub full_upload: Timed,
     /// A raw multipart upload of the same bytes.
     pub raw_upload: Timed,
+    /// etcd's snapshot stream read to its end and dropped: the floor of any full snapshot.
+    pub stream_alone: Timed,
     /// The ring's copy of the full snapshot and the deltas after it (median of 2 rounds).
     pub copy: Timed,
     /// The raw copy of the same objects (median of 2 rounds).
@@ -521,6 +523,13 @@ pub async fn run(
     .await?;
     let full = staged.complete().await?;
     let full_upload = Timed::new(full.stored_size_bytes, started.elapsed().as_secs_f64());
+    let started = Instant::now();
+    let mut stream = client.snapshot_stream().await?;
+    let mut streamed = 0u64;
+    while let Some(chunk) = stream.next_chunk().await? {
+        streamed += chunk.blob.len() as u64;
+    }
+    let stream_alone = Timed::new(streamed, started.elapsed().as_secs_f64());
     let local = opts.dir.join("full.db");
     download(&src.store(), &full.location, &local).await?;
     let raw_store = open("s3://raw")?.store();
@@ -532,12 +541,14 @@ pub async fn run(
         .delete(&StorePath::parse("upload/full.db")?)
         .await?;
     println!(
-        "  full snapshot {:.0} MiB: ring {:.1} s ({:.0} MiB/s), raw upload {:.1} s ({:.0} MiB/s)",
+        "  full snapshot {:.0} MiB: ring {:.1} s ({:.0} MiB/s), raw upload {:.1} s ({:.0} MiB/s), etcd's stream alone {:.1} s ({:.0} MiB/s)",
         full_upload.bytes as f64 / MIB as f64,
         full_upload.seconds,
         full_upload.mib_per_s,
         raw_upload_t.seconds,
-        raw_upload_t.mib_per_s
+        raw_upload_t.mib_per_s,
+        stream_alone.seconds,
+        stream_alone.mib_per_s
     );
     let mut writer = DeltaWriter::start(&client, &src, full.revision + 1).await?;
     let value = data(9, WRITE_VALUE_BYTES);
@@ -661,6 +672,7 @@ pub async fn run(
         ratio_deltas,
         full_upload,
         raw_upload: raw_upload_t,
+        stream_alone,
         copy,
         raw_copy: raw_copy_t,
         deltas: opts.deltas,
@@ -695,8 +707,15 @@ pub struct MoveReport {
     pub restored: String,
     /// Its data-loss window, ms.
     pub data_loss_window_ms: Option<u64>,
-    /// Acknowledged writes (after the preload) missing at the new host.
+    /// Writes the writer had acknowledged through the move.
+    pub acked_writes: u64,
+    /// Of those, missing at the new host.
     pub lost_writes: u64,
+    /// Failover: the kill -> the old host's etcd gone (its guard fences it at the lease
+    /// deadline it last had, `fence_ms` at most after it), ms.
+    pub old_etcd_gone_ms: Option<u64>,
+    /// Failover: what the ring allows for that: `lease_ms + fence_ms`.
+    pub fence_bound_ms: Option<u64>,
 }
 
 /// The first event about `cp` at or after `from_ms` whose action is `action` and whose
@@ -748,6 +767,29 @@ fn parts(events: &[garden_ring::pb::Event], cp: &str, t0_ms: u64) -> [Option<u64
         between(restoring, starting),
         between(starting, serving),
     ]
+}
+
+/// The pids of the `etcd` processes whose command line names a path under `dir` (a member's
+/// etcd instances: their data directories are below its data directory).
+fn etcd_pids_under(dir: &Path) -> Vec<u32> {
+    let dir = dir.display().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            args.first().is_some_and(|a| a.ends_with(b"/etcd"))
+                && args
+                    .iter()
+                    .any(|a| String::from_utf8_lossy(a).starts_with(&dir))
+        })
+        .collect()
 }
 
 /// The control plane the moves measure.
@@ -830,7 +872,7 @@ async fn measured(
     what: String,
     t0_ms: u64,
     cp: &pb::ControlPlane,
-    lost_writes: u64,
+    (acked_writes, lost_writes): (u64, u64),
 ) -> anyhow::Result<MoveReport> {
     let events = history(ring, via).await?;
     let serving = event_at(&events, BIG, t0_ms, "control-plane.serving", "")
@@ -847,11 +889,14 @@ async fn measured(
         bytes_copied: m.bytes_copied,
         restored: m.restored,
         data_loss_window_ms: m.data_loss_window_ms,
+        acked_writes,
         lost_writes,
+        old_etcd_gone_ms: None,
+        fence_bound_ms: None,
     };
     let ms = |v: Option<u64>| v.map_or("-".into(), |v| format!("{v}"));
     println!(
-        "  {}: {} ms to serving (before the copy {} ms, copy {} ms of {:.0} MiB, restore {} ms, start {} ms); restored {}, {} acknowledged writes lost",
+        "  {}: {} ms to serving (before the copy {} ms, copy {} ms of {:.0} MiB, restore {} ms, start {} ms); restored {}, {} of {} acknowledged writes lost",
         report.what,
         report.total_ms,
         ms(report.before_copy_ms),
@@ -860,7 +905,8 @@ async fn measured(
         ms(report.restore_ms),
         ms(report.start_ms),
         report.restored,
-        report.lost_writes
+        report.lost_writes,
+        report.acked_writes
     );
     Ok(report)
 }
@@ -975,15 +1021,30 @@ pub async fn run_moves(
     .await?;
     let _ = stop.send(true);
     let acked = writer.await?;
-    let lost = missing(&url("b"), &acked).await?;
+    let lost = (acked.len() as u64, missing(&url("b"), &acked).await?);
     reports.push(measured(&ring, 0, "switchover a -> b".into(), t0, &cp, lost).await?);
 
     // The failover: b's ringd killed while a writer runs on b.
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let writer = tokio::spawn(write_until(url("b"), stopped));
     tokio::time::sleep(Duration::from_secs(3)).await;
+    let b_dir = ring.members[1].config.data_dir.clone();
+    let old_etcd = etcd_pids_under(&b_dir);
+    if old_etcd.is_empty() {
+        bail!("no etcd process found under {}", b_dir.display());
+    }
     let t0 = garden_ring::time::unix_ms();
+    let killed = Instant::now();
     ring.members[1].proc.kill9();
+    let gone = tokio::spawn(async move {
+        while old_etcd
+            .iter()
+            .any(|pid| Path::new(&format!("/proc/{pid}")).exists())
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        killed.elapsed().as_millis() as u64
+    });
     let cp = wait_cp(
         &ring,
         0,
@@ -994,18 +1055,25 @@ pub async fn run_moves(
     .await?;
     let _ = stop.send(true);
     let acked = writer.await?;
-    let lost = missing(&url(&cp.host), &acked).await?;
-    reports.push(
-        measured(
-            &ring,
-            0,
-            format!("failover (b killed) -> {}", cp.host),
-            t0,
-            &cp,
-            lost,
-        )
-        .await?,
+    let lost = (acked.len() as u64, missing(&url(&cp.host), &acked).await?);
+    let mut report = measured(
+        &ring,
+        0,
+        format!("failover (b killed) -> {}", cp.host),
+        t0,
+        &cp,
+        lost,
+    )
+    .await?;
+    let timing = &ring.members[0].config.timing;
+    report.fence_bound_ms = Some(timing.lease_ms + timing.fence_ms);
+    report.old_etcd_gone_ms = Some(gone.await?);
+    println!(
+        "  the killed host's etcd was fenced {} ms after the kill (lease + fence: {} ms)",
+        report.old_etcd_gone_ms.unwrap_or_default(),
+        timing.lease_ms + timing.fence_ms
     );
+    reports.push(report);
     ring.stop();
     Ok(reports)
 }

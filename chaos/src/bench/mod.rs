@@ -603,6 +603,15 @@ fn backup_rows(r: &backup::BackupReport) -> Vec<Row> {
         ),
         Row::new(
             Part::Backup,
+            format!("full snapshot upload ({size} etcd)"),
+            "MiB/s",
+            Some(r.full_upload.mib_per_s),
+            "etcd's stream alone",
+            Some(r.stream_alone.mib_per_s),
+            Goal::Info,
+        ),
+        Row::new(
+            Part::Backup,
             format!("migration copy, full + {} deltas", r.deltas),
             "MiB/s",
             Some(r.copy.mib_per_s),
@@ -655,6 +664,17 @@ fn backup_rows(r: &backup::BackupReport) -> Vec<Row> {
                 "-",
                 None,
                 Goal::Info,
+            ));
+        }
+        if let Some(gone) = m.old_etcd_gone_ms {
+            rows.push(Row::new(
+                Part::Backup,
+                format!("  {}: kill -> the old etcd fenced", m.what),
+                "ms",
+                Some(gone as f64),
+                "lease_ms + fence_ms",
+                m.fence_bound_ms.map(|b| b as f64),
+                Goal::AtMost { ratio: 1.0 },
             ));
         }
         rows.push(Row::new(
