@@ -317,8 +317,9 @@ impl EtcdDriverSettings {
         }
     }
 
-    /// etcd's flags for its history, quota and (none here) defragmentation: what every etcd
-    /// the driver starts (own or member of a cluster) gets.
+    /// etcd's flags for its history compaction and its quota, which every etcd the driver
+    /// starts (own or member of a cluster) gets (defragmentation is the host's, on a
+    /// schedule: no flag).
     pub fn etcd_health_flags(&self) -> Vec<String> {
         vec![
             "--auto-compaction-mode".into(),

@@ -38,7 +38,7 @@ use tokio::io::AsyncReadExt;
 
 use garden_ring::pb;
 
-use super::copy::{data, median, raw_copy};
+use super::copy::{CopyRow, data, median, raw_copy};
 use super::local::{Child, LocalRing, RingSpec, free_ports};
 
 const MIB: usize = 1024 * 1024;
@@ -70,27 +70,6 @@ pub struct BackupBenchOptions {
     pub dir: PathBuf,
 }
 
-/// A transfer: bytes, seconds, MiB/s.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Timed {
-    /// Bytes moved.
-    pub bytes: u64,
-    /// Seconds it took.
-    pub seconds: f64,
-    /// MiB per second.
-    pub mib_per_s: f64,
-}
-
-impl Timed {
-    fn new(bytes: u64, seconds: f64) -> Self {
-        Self {
-            bytes,
-            seconds,
-            mib_per_s: bytes as f64 / MIB as f64 / seconds.max(1e-9),
-        }
-    }
-}
-
 /// What the backup part measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct BackupReport {
@@ -117,15 +96,15 @@ pub struct BackupReport {
     /// Median with deltas / median without.
     pub ratio_deltas: f64,
     /// The ring's full snapshot of the etcd into the bucket.
-    pub full_upload: Timed,
+    pub full_upload: CopyRow,
     /// A raw multipart upload of the same bytes.
-    pub raw_upload: Timed,
+    pub raw_upload: CopyRow,
     /// etcd's snapshot stream read to its end and dropped: the floor of any full snapshot.
-    pub stream_alone: Timed,
+    pub stream_alone: CopyRow,
     /// The ring's copy of the full snapshot and the deltas after it (median of 2 rounds).
-    pub copy: Timed,
+    pub copy: CopyRow,
     /// The raw copy of the same objects (median of 2 rounds).
-    pub raw_copy: Timed,
+    pub raw_copy: CopyRow,
     /// Deltas after the full snapshot.
     pub deltas: usize,
     /// The ring's restore (full + deltas), s.
@@ -522,20 +501,32 @@ pub async fn run(
     )
     .await?;
     let full = staged.complete().await?;
-    let full_upload = Timed::new(full.stored_size_bytes, started.elapsed().as_secs_f64());
+    let full_upload = CopyRow::new(
+        "ring full snapshot",
+        full.stored_size_bytes,
+        started.elapsed().as_secs_f64(),
+    );
     let started = Instant::now();
     let mut stream = client.snapshot_stream().await?;
     let mut streamed = 0u64;
     while let Some(chunk) = stream.next_chunk().await? {
         streamed += chunk.blob.len() as u64;
     }
-    let stream_alone = Timed::new(streamed, started.elapsed().as_secs_f64());
+    let stream_alone = CopyRow::new(
+        "etcd snapshot stream alone",
+        streamed,
+        started.elapsed().as_secs_f64(),
+    );
     let local = opts.dir.join("full.db");
     download(&src.store(), &full.location, &local).await?;
     let raw_store = open("s3://raw")?.store();
     let started = Instant::now();
     let raw_bytes = raw_upload(&local, &raw_store, &StorePath::parse("upload/full.db")?).await?;
-    let raw_upload_t = Timed::new(raw_bytes, started.elapsed().as_secs_f64());
+    let raw_upload_t = CopyRow::new(
+        "raw object_store upload",
+        raw_bytes,
+        started.elapsed().as_secs_f64(),
+    );
     std::fs::remove_file(&local)?;
     raw_store
         .delete(&StorePath::parse("upload/full.db")?)
@@ -591,8 +582,8 @@ pub async fn run(
             }
         }
     }
-    let copy = Timed::new(copied, median(&ring_runs));
-    let raw_copy_t = Timed::new(copied, median(&raw_runs));
+    let copy = CopyRow::new("ring (streamed)", copied, median(&ring_runs)).runs(ring_runs);
+    let raw_copy_t = CopyRow::new("raw object_store", copied, median(&raw_runs)).runs(raw_runs);
     println!(
         "  copy of the full snapshot + {} deltas ({:.0} MiB): ring {:.1} s, raw {:.1} s",
         opts.deltas,
@@ -1126,11 +1117,5 @@ mod tests {
             event_at(&events, "other", 0, "control-plane.move", ""),
             None
         );
-    }
-
-    #[test]
-    fn transfers_compute_their_throughput() {
-        let t = Timed::new(256 * MIB as u64, 2.0);
-        assert_eq!(t.mib_per_s, 128.0);
     }
 }

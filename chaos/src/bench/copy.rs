@@ -72,7 +72,7 @@ pub struct CopyRow {
 }
 
 impl CopyRow {
-    fn new(name: &str, bytes: u64, seconds: f64) -> Self {
+    pub(super) fn new(name: &str, bytes: u64, seconds: f64) -> Self {
         Self {
             name: name.into(),
             bytes,
@@ -82,7 +82,7 @@ impl CopyRow {
         }
     }
 
-    fn runs(mut self, seconds: Vec<f64>) -> Self {
+    pub(super) fn runs(mut self, seconds: Vec<f64>) -> Self {
         self.rounds_seconds = seconds;
         self
     }

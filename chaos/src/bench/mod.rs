@@ -89,7 +89,7 @@ pub struct BenchArgs {
     /// [default: 5; --quick: 2].
     #[arg(long)]
     trials: Option<u32>,
-    /// A short run: 3 s per point, 1 s warm-up, 2 trials, 32 MiB copied.
+    /// A short run: 3 s per point, 1 s warm-up, 2 trials, 32 MiB copied, a 64 MiB etcd in `backup`.
     #[arg(long)]
     quick: bool,
     /// MiB copied per row in `copy` [default: 128; --quick: 32].
