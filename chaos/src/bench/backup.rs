@@ -822,9 +822,14 @@ async fn history(ring: &LocalRing, via: usize) -> anyhow::Result<Vec<pb::Event>>
         .events)
 }
 
-/// Writes `/registry/moving/<n>` one after another through `url` until `stop`; the
+/// Writes `/registry/moving/<tag>/<n>` one after another through `url` until `stop` (a tag
+/// per move, so that one move's keys are not another's); the
 /// acknowledged keys.
-async fn write_until(url: String, stop: tokio::sync::watch::Receiver<bool>) -> Vec<String> {
+async fn write_until(
+    url: String,
+    tag: &'static str,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Vec<String> {
     let mut acked = Vec::new();
     let Ok(client) = EtcdClient::connect(&url, options()).await else {
         return acked;
@@ -834,7 +839,7 @@ async fn write_until(url: String, stop: tokio::sync::watch::Receiver<bool>) -> V
         if *stop.borrow() {
             break;
         }
-        let key = format!("/registry/moving/{n:08}");
+        let key = format!("/registry/moving/{tag}/{n:08}");
         match tokio::time::timeout(Duration::from_secs(2), client.put(key.as_bytes(), &value)).await
         {
             Ok(Ok(_)) => acked.push(key),
@@ -988,7 +993,7 @@ pub async fn run_moves(
     let mut reports = Vec::new();
     // The switchover, with a writer running through it.
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let writer = tokio::spawn(write_until(url("a"), stopped));
+    let writer = tokio::spawn(write_until(url("a"), "switchover", stopped));
     tokio::time::sleep(Duration::from_secs(2)).await;
     let t0 = garden_ring::time::unix_ms();
     ring.members[0]
@@ -1017,7 +1022,7 @@ pub async fn run_moves(
 
     // The failover: b's ringd killed while a writer runs on b.
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let writer = tokio::spawn(write_until(url("b"), stopped));
+    let writer = tokio::spawn(write_until(url("b"), "failover", stopped));
     tokio::time::sleep(Duration::from_secs(3)).await;
     let b_dir = ring.members[1].config.data_dir.clone();
     let old_etcd = etcd_pids_under(&b_dir);
