@@ -526,6 +526,8 @@ async fn a_restore_limited_to_the_source_s_history_passes_over_a_newer_stranger(
         .unwrap();
     assert_eq!(restored.snapshot, ours.path);
     assert_eq!(restored.revision, ours_revision);
+    // The stranger reaches past what was restored: a host must not continue this chain.
+    assert_eq!(restored.foreign_newer, 1);
     let target = Etcd::start_from(dir, spec, &data_dir).await;
     assert_eq!(
         target
@@ -548,6 +550,7 @@ async fn a_restore_limited_to_the_source_s_history_passes_over_a_newer_stranger(
     .await
     .unwrap();
     assert_eq!(restored.snapshot, stranger.path);
+    assert_eq!(restored.foreign_newer, 0);
 
     // A limit that names nothing there is "no snapshot", not an empty etcd.
     let spec = EtcdSpec::reserve("none");

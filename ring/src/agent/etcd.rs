@@ -14,9 +14,11 @@
 //! 2. **Start** etcd under `ring-guard` (stopped at the lease deadline whatever `ringd` does),
 //!    listening on loopback ports of its own, and wait until it answers.
 //! 3. **Serve**: open the [`Gate`] on the control plane's public endpoint; take a full snapshot
-//!    at once and then every `snapshot_interval_ms`, each after reading the marker of this
-//!    member's backup location (DESIGN.md rule 4: a member that lost ownership uploads
-//!    nothing and stops serving).
+//!    every `snapshot_interval_ms` and delta snapshots between them, each after reading the
+//!    marker of this member's backup location (DESIGN.md rule 4: a member that lost ownership
+//!    uploads nothing and stops serving). An etcd restored from a clean chain continues it with
+//!    deltas from the restored revision on (the watch starts before the gate opens); any other
+//!    starts with a full snapshot at once ([`super::etcd_backups`]).
 //! 4. **Stop** (the grant no longer covers it, or the lease is about to run out unrenewed, at
 //!    a quarter of the lease before its deadline): close the gate first (no write is
 //!    acknowledged after that), take a **final** snapshot (`.final`; again only after the
@@ -38,7 +40,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
-use super::etcd_backups::{Backups, Stored};
+use super::etcd_backups::{Backups, Resume, Stored};
 use super::etcd_gc::{self, Collected};
 use super::etcd_replica::ReplicaHandle;
 pub use super::etcd_runtime::{EtcdRuntime, SnapshotTimes};
@@ -382,6 +384,8 @@ async fn run(
         }
     }
     let _forget = Forget(&runtime, &name, epoch);
+    // The stored chain the restored etcd continues, if any.
+    let mut resume = None;
     if replica.is_some() {
         // The etcd cluster holds the data: nothing to copy or restore, nothing lost.
         shared.report(MigrationStep::Starting, |r| {
@@ -394,10 +398,13 @@ async fn run(
             _ = stopped(&mut stop) => Err(InstanceError::StoppedWhilePreparing),
             _ = lease_runs_out(&mut deadline, 0) => Err(InstanceError::LeaseRanOut),
         };
-        if let Err(why) = prepared {
-            tracing::warn!("not started: {why}");
-            shared.set_phase(InstancePhase::Ended);
-            return;
+        match prepared {
+            Ok(chain) => resume = chain,
+            Err(why) => {
+                tracing::warn!("not started: {why}");
+                shared.set_phase(InstancePhase::Ended);
+                return;
+            }
         }
     } else {
         tracing::info!(dir = %dir.display(), "data of this epoch is here already: etcd starts on it");
@@ -416,7 +423,7 @@ async fn run(
             )
             .await
         }
-        None => serve(&runtime, &target, &shared, &mut deadline, &mut stop).await,
+        None => serve(&runtime, &target, &shared, resume, &mut deadline, &mut stop).await,
     };
     let ending = match served {
         Ok(ending) => ending,
@@ -436,16 +443,17 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-/// Prepares the data of `target` at its epoch, retrying what may succeed later.
+/// Prepares the data of `target` at its epoch, retrying what may succeed later. Returns the
+/// stored chain the restored etcd continues, if it may ([`Backups::resume`]).
 async fn prepare(
     runtime: &EtcdRuntime,
     target: &Target,
     shared: &Shared,
-) -> Result<(), InstanceError> {
+) -> Result<Option<Resume>, InstanceError> {
     let mut backoff_ms = FIRST_PREPARE_BACKOFF_MS;
     loop {
         match prepare_once(runtime, target, shared).await {
-            Ok(()) => return Ok(()),
+            Ok(resume) => return Ok(resume),
             Err(Prepare::Fatal(why)) => {
                 shared.note(why.clone());
                 return Err(InstanceError::Prepare(why));
@@ -469,7 +477,7 @@ async fn prepare_once(
     runtime: &EtcdRuntime,
     target: &Target,
     shared: &Shared,
-) -> Result<(), Prepare> {
+) -> Result<Option<Resume>, Prepare> {
     let fatal = |e: &dyn std::fmt::Display| Prepare::Fatal(e.to_string());
     let destination =
         BackupLocation::parse(&target.backup, &runtime.backup).map_err(|e| fatal(&e))?;
@@ -557,7 +565,7 @@ async fn prepare_once(
         },
         replay_with: Some(runtime.bin_dir.join("etcd")),
     };
-    match restore_newest(&destination.store(), destination.prefix(), &options).await {
+    let resume = match restore_newest(&destination.store(), destination.prefix(), &options).await {
         Ok(restored) => {
             let newest = restored.newest_applied();
             let is_final = restored.is_final || finals.contains(&newest.name().to_string());
@@ -605,6 +613,7 @@ async fn prepare_once(
                 r.data_loss_window_ms = Some(window_ms);
                 r.note = note_text(&note);
             });
+            resumable(&restored)
         }
         Err(RestoreError::NoSnapshot { .. }) if from.is_none() => {
             // Never served anywhere and nothing to restore: a new, empty etcd.
@@ -614,6 +623,7 @@ async fn prepare_once(
                 r.data_loss_window_ms = Some(0);
                 r.note = "no snapshot: a new, empty etcd".into();
             });
+            None
         }
         Err(RestoreError::NoSnapshot { .. }) => {
             return Err(Prepare::Retry(format!(
@@ -625,7 +635,7 @@ async fn prepare_once(
         // Retried with backoff even when not retryable (a missing tool, a snapshot of the wrong
         // cluster): ending the instance would only have the agent start it again next round.
         Err(e) => return Err(Prepare::Retry(e.to_string())),
-    }
+    };
     // Into place in one rename: a data directory exists only once it is complete.
     remove_dir_if_there(&dir).map_err(|e| fatal(&e))?;
     std::fs::rename(&restoring, &dir).map_err(|e| {
@@ -639,7 +649,35 @@ async fn prepare_once(
         crate::durable::sync_dir(parent)
             .map_err(|e| fatal(&format!("cannot sync {}: {e}", parent.display())))?;
     }
-    Ok(())
+    Ok(resume)
+}
+
+/// The chain a restored etcd may continue with its deltas: the full snapshot and deltas it was
+/// restored from, when they are the whole story of the location. Not when the replay stopped
+/// early or deltas were left out (a delta of this etcd would start where other deltas already
+/// are), nor next to a newer full snapshot that did not verify or snapshots that are not the
+/// source's history (a later restore could prefer them, or join them to this chain): then
+/// the host starts a chain of its own with a full snapshot at once.
+fn resumable(restored: &crate::backup::restore::Restored) -> Option<Resume> {
+    let why_not = if restored.replay_stopped.is_some() {
+        "the replay stopped early"
+    } else if restored.unapplied_incr > 0 {
+        "deltas were left out"
+    } else if !restored.skipped_bad.is_empty() {
+        "a newer full snapshot does not verify"
+    } else if restored.foreign_newer > 0 {
+        "newer snapshots that are not the source's history are there"
+    } else {
+        let full_revision = restored.snapshot.name().last_revision();
+        return Some(Resume {
+            full: restored.snapshot.to_string(),
+            full_revision,
+            deltas: restored.deltas.len() as u64,
+            revision: restored.revision.max(full_revision),
+        });
+    };
+    tracing::info!("{why_not}: the backups start again with a full snapshot at once");
+    None
 }
 
 /// Creates `dir` readable by this user only, as etcd wants its data directory.
@@ -688,6 +726,7 @@ async fn serve(
     runtime: &Arc<EtcdRuntime>,
     target: &Target,
     shared: &Shared,
+    resume: Option<Resume>,
     deadline: &mut watch::Receiver<u64>,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<Ending, InstanceError> {
@@ -779,6 +818,7 @@ async fn serve(
         client,
         relay_to,
         Backend::Own(guard),
+        resume,
         deadline,
         stop,
     )
@@ -964,6 +1004,7 @@ async fn front(
         client,
         relay_to,
         Backend::Replica(replica, change),
+        None,
         deadline,
         stop,
     )
@@ -981,6 +1022,7 @@ async fn behind_gate(
     client: EtcdClient,
     relay_to: SocketAddr,
     mut backend: Backend,
+    resume: Option<Resume>,
     deadline: &mut watch::Receiver<u64>,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<Ending, InstanceError> {
@@ -992,6 +1034,39 @@ async fn behind_gate(
             backend.stop(runtime.timing.fence_ms).await;
             return Err(e);
         }
+    };
+    let own = match BackupLocation::parse(&target.backup, &runtime.backup) {
+        Ok(own) => own,
+        Err(e) => {
+            backend.stop(runtime.timing.fence_ms).await;
+            return Err(e.into());
+        }
+    };
+    let mut backups = Backups::new(runtime.clone(), target.clone(), client.clone(), own);
+    // Before the gate opens: no write is acknowledged before the watch of the continued chain
+    // runs (it would be delivered all the same, from etcd's history).
+    // Without deltas there is no chain to continue.
+    let resume = resume.filter(|_| runtime.settings.delta_snapshot_period_ms > 0);
+    let resumed = match &resume {
+        Some(chain) => match backups.resume(chain).await {
+            Ok(()) => {
+                tracing::info!(
+                    "the backups continue the restored chain: {} + {} delta(s) to revision {}; the next delta starts at revision {}",
+                    chain.full,
+                    chain.deltas,
+                    chain.revision,
+                    chain.revision + 1
+                );
+                true
+            }
+            Err(why) => {
+                tracing::warn!(
+                    "cannot continue the restored chain ({why}): a full snapshot at once"
+                );
+                false
+            }
+        },
+        None => false,
     };
     let gate = match Gate::open(public, relay_to, deadline.clone()).await {
         Ok(gate) => gate,
@@ -1008,14 +1083,17 @@ async fn behind_gate(
         remove_older_epochs(runtime, name, epoch);
     }
 
-    let own = BackupLocation::parse(&target.backup, &runtime.backup)?;
-    let mut backups = Backups::new(runtime.clone(), target.clone(), client.clone(), own);
     let full_interval = Duration::from_millis(runtime.settings.full_snapshot_interval_ms);
     let delta_period_ms = runtime.settings.delta_snapshot_period_ms;
     let delta_period = Duration::from_millis(delta_period_ms.max(1));
     // After a failed full snapshot (or a lost watch) the next one comes soon, not an hour later.
     let full_retry = full_interval.min(Duration::from_millis(delta_period_ms.clamp(1_000, 5_000)));
+    // A continued chain has its full snapshot (unless compaction is due already); a new one
+    // starts with one.
     let mut next_full = tokio::time::Instant::now();
+    if resumed && backups.compaction_due().is_none() {
+        next_full += full_interval;
+    }
     let mut next_delta = tokio::time::Instant::now() + delta_period;
     let mut last_cut_failed = false;
     let mut health = tokio::time::interval(Duration::from_millis(
@@ -1278,5 +1356,67 @@ fn remove_older_epochs(runtime: &EtcdRuntime, name: &str, epoch: u64) {
         {
             tracing::warn!("cannot remove {}: {e}", entry.path().display());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backup::restore::{Restored, SkippedSnapshot};
+    use crate::core::backup_name::SnapshotPath;
+
+    fn restored(deltas: &[&str]) -> Restored {
+        let path = |name: &str| SnapshotPath::parse(&format!("cp/v2/{name}")).unwrap();
+        Restored {
+            snapshot: path("Full-00000000-00000010-1700000000"),
+            deltas: deltas.iter().map(|d| path(d)).collect(),
+            replay_stopped: None,
+            revision: 10,
+            created_unix_s: 1_700_000_000,
+            age_s: 0,
+            is_final: false,
+            sha256: String::new(),
+            snapshot_size_bytes: 0,
+            stored_size_bytes: 0,
+            skipped_bad: Vec::new(),
+            unapplied_incr: 0,
+            foreign_newer: 0,
+            replay_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_clean_chain_is_continued_from_the_restored_revision() {
+        let mut r = restored(&["Incr-00000011-00000030-1700000001"]);
+        r.revision = 30;
+        assert_eq!(
+            resumable(&r),
+            Some(Resume {
+                full: "cp/v2/Full-00000000-00000010-1700000000".into(),
+                full_revision: 10,
+                deltas: 1,
+                revision: 30,
+            })
+        );
+    }
+
+    #[test]
+    fn a_chain_with_anything_left_out_or_beside_it_is_not_continued() {
+        let skipped = SkippedSnapshot {
+            name: "x".into(),
+            why: "y".into(),
+        };
+        let mut r = restored(&[]);
+        r.replay_stopped = Some(skipped.clone());
+        assert_eq!(resumable(&r), None);
+        let mut r = restored(&[]);
+        r.unapplied_incr = 1;
+        assert_eq!(resumable(&r), None);
+        let mut r = restored(&[]);
+        r.skipped_bad = vec![skipped];
+        assert_eq!(resumable(&r), None);
+        let mut r = restored(&[]);
+        r.foreign_newer = 2;
+        assert_eq!(resumable(&r), None);
     }
 }

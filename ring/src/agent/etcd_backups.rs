@@ -6,6 +6,11 @@
 //! - The watch starts at the revision after the newest full snapshot's (the one in its name),
 //!   so nothing falls between the two; events at or below a new full snapshot's revision are
 //!   dropped from what waits for the next delta (the full snapshot holds them).
+//! - An etcd just restored from a clean chain (a full snapshot and every delta after it, in
+//!   this member's own location) **continues that chain** ([`Backups::resume`]): the watch
+//!   starts at the revision after the restored one, before the gate opens, so the first writes
+//!   the new host acknowledges are in a delta one period later, not after a full snapshot of
+//!   the whole database (minutes for a big one, and until then in no backup at all).
 //! - A watch that ends (etcd restarted, the connection broke) or falls behind a compaction
 //!   leaves the events since the last delta unknown: the caller takes a full snapshot at once
 //!   ([`Backups::on_message`] says so) and the watch starts again after it.
@@ -48,6 +53,20 @@ pub(super) enum Stored {
     Nothing,
     /// This member no longer owns the location (or its lease ran out): it must stop serving.
     Lost(String),
+}
+
+/// A chain of snapshots in the own location that a restored etcd holds exactly: a full
+/// snapshot and every delta after it, to `revision` ([`Backups::resume`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Resume {
+    /// The full snapshot's key in the own location.
+    pub full: String,
+    /// The revision in its name.
+    pub full_revision: u64,
+    /// Deltas after it.
+    pub deltas: u64,
+    /// The revision the chain reaches (the restored etcd's).
+    pub revision: u64,
 }
 
 /// The backup state of one serving instance. See the [module docs](self).
@@ -107,6 +126,51 @@ impl Backups {
             newest_delta_unix_ms: None,
             up_to_date_unix_ms: 0,
         }
+    }
+
+    /// Continues the chain of stored snapshots `resume` describes (see the
+    /// [module docs](self)): the watch starts at the revision after it, and the next delta
+    /// follows on. Call it before any client can write. `Err(why)` when it cannot (deltas
+    /// are off, etcd is not where the chain ends, the watch cannot start): nothing changed,
+    /// and the caller takes a full snapshot at once, as without a chain.
+    pub(super) async fn resume(&mut self, resume: &Resume) -> Result<(), String> {
+        debug_assert!(self.full.is_none() && self.watch.is_none() && self.covered == 0);
+        debug_assert!(resume.full_revision <= resume.revision);
+        if !self.deltas_enabled() {
+            return Err("delta snapshots are off".into());
+        }
+        let at = self
+            .client
+            .revision()
+            .await
+            .map_err(|e| format!("cannot read etcd's revision: {e}"))?;
+        if at < resume.revision {
+            // etcd holds less than the stored chain: deltas of this etcd would not follow it.
+            return Err(format!(
+                "etcd is at revision {at}, the stored chain at {}",
+                resume.revision
+            ));
+        }
+        let watch = self
+            .client
+            .watch_all(resume.revision + 1)
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot watch etcd from revision {}: {e}",
+                    resume.revision + 1
+                )
+            })?;
+        self.watch = Some(watch);
+        self.covered = resume.revision;
+        self.delivered = resume.revision;
+        self.full = Some(resume.full.clone());
+        self.deltas_since_full = resume.deltas;
+        // Revisions, not events (a revision may hold several): the restore does not count
+        // events, and compaction only needs the order of magnitude. Bytes are not known.
+        self.events_since_full = resume.revision - resume.full_revision;
+        self.up_to_date_unix_ms = unix_ms();
+        Ok(())
     }
 
     /// The location this instance writes to.

@@ -173,6 +173,11 @@ pub struct Restored {
     pub skipped_bad: Vec<SkippedSnapshot>,
     /// Delta snapshots newer than the newest applied one, not replayed (see the module docs).
     pub unapplied_incr: usize,
+    /// Snapshots passed over because they are not in [`RestoreOptions::only`] (not the
+    /// source's history) and reach past the full snapshot restored. A host that continues the
+    /// restored chain with deltas of its own must not do so next to them: a later restore could
+    /// join its deltas to theirs.
+    pub foreign_newer: usize,
     /// How long the replay took (the temporary etcd's start included), ms; 0 without deltas.
     pub replay_ms: u64,
 }
@@ -208,7 +213,18 @@ pub async fn restore_newest(
     prepare_data_dir(&options.data_dir)?;
 
     let (mut candidates, mut deltas) = list_snapshots(store, prefix).await?;
+    // The last revisions of what `only` leaves out, full and delta.
+    let mut foreign_revisions = Vec::new();
     if let Some(only) = &options.only {
+        let not_only = |name: &SnapshotName| !only.contains(&name.to_string());
+        foreign_revisions.extend(
+            candidates
+                .iter()
+                .map(|c| *c.path.name())
+                .chain(deltas.iter().map(|d| *d.path.name()))
+                .filter(|n| not_only(n))
+                .map(|n| n.last_revision()),
+        );
         deltas.retain(|d| only.contains(&d.path.name().to_string()));
         let foreign: Vec<String> = candidates
             .iter()
@@ -323,6 +339,10 @@ pub async fn restore_newest(
                 .filter(|d| d.path.name().last_revision() > newest.last_revision())
                 .count(),
             replay_ms,
+            foreign_newer: foreign_revisions
+                .iter()
+                .filter(|&&r| r > full_name.last_revision())
+                .count(),
             deltas: applied,
             replay_stopped,
             snapshot: candidate.path,
