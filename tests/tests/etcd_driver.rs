@@ -287,7 +287,7 @@ async fn write_until_refused(
 async fn keys_at(cp: &pb::ControlPlane, host: &str) -> BTreeSet<String> {
     etcd_at(cp, host)
         .await
-        .get_prefix(b"/registry/")
+        .get_prefix_keys(b"/registry/")
         .await
         .unwrap()
         .into_iter()
@@ -367,42 +367,9 @@ async fn a_switchover_loses_no_acknowledged_write() {
 
     // The real etcd-backup-restore restores what a's agent wrote (a full snapshot, deltas, the
     // final delta) with every acknowledged write.
-    let (Some(etcdbrctl), Some(etcd35)) = (
-        garden_ring_tests::etcdbrctl::require_etcdbrctl(),
-        garden_ring_tests::etcd::require_etcd35_bin_dir(),
-    ) else {
+    let Some((got, took)) = etcdbrctl_keys(&ring, &backups["a"]).await else {
         return;
     };
-    let a_dir = PathBuf::from(backups["a"].strip_prefix("file://").unwrap());
-    let store = garden_ring_tests::etcdbrctl::Store::local(
-        a_dir.parent().unwrap().parent().unwrap(),
-        &a_dir
-            .parent()
-            .unwrap()
-            .file_name()
-            .unwrap()
-            .to_string_lossy(),
-        &a_dir.file_name().unwrap().to_string_lossy(),
-    );
-    assert_eq!(store.local_v2_dir(), a_dir.join("v2"));
-    let restored =
-        garden_ring_tests::etcdbrctl::restore(&etcdbrctl, ring.dir.path(), &store, "etcdbrctl")
-            .unwrap_or_else(|ran| panic!("etcdbrctl restore of a's bucket:\n{}", ran.log));
-    let got = garden_ring_tests::etcd::Etcd::start_from_bin(
-        &etcd35,
-        ring.dir.path(),
-        garden_ring_tests::etcd::EtcdSpec::reserve("read-etcdbrctl"),
-        &restored.data_dir,
-    )
-    .await
-    .client()
-    .get_prefix(b"/registry/")
-    .await
-    .unwrap();
-    let got: BTreeSet<String> = got
-        .into_iter()
-        .map(|kv| String::from_utf8(kv.key).unwrap())
-        .collect();
     let missing: Vec<_> = acked.iter().filter(|k| !got.contains(*k)).collect();
     assert!(
         missing.is_empty(),
@@ -412,8 +379,45 @@ async fn a_switchover_loses_no_acknowledged_write() {
     println!(
         "cell: ringd's etcd driver writes (etcd 3.4, file://, plain), etcdbrctl restores: pass ({} acknowledged writes, restore {:?})",
         acked.len(),
-        restored.ran.took
+        took
     );
+}
+
+/// The keys under `/registry/` of what the real `etcdbrctl restore` makes of the `file://`
+/// location `url`, and how long it took; `None` without etcdbrctl or etcd 3.5 (outside CI).
+async fn etcdbrctl_keys(ring: &Ring, url: &str) -> Option<(BTreeSet<String>, Duration)> {
+    let (Some(etcdbrctl), Some(etcd35)) = (
+        garden_ring_tests::etcdbrctl::require_etcdbrctl(),
+        garden_ring_tests::etcd::require_etcd35_bin_dir(),
+    ) else {
+        return None;
+    };
+    let dir = PathBuf::from(url.strip_prefix("file://").unwrap());
+    let store = garden_ring_tests::etcdbrctl::Store::local(
+        dir.parent().unwrap().parent().unwrap(),
+        &dir.parent().unwrap().file_name().unwrap().to_string_lossy(),
+        &dir.file_name().unwrap().to_string_lossy(),
+    );
+    assert_eq!(store.local_v2_dir(), dir.join("v2"));
+    let restored =
+        garden_ring_tests::etcdbrctl::restore(&etcdbrctl, ring.dir.path(), &store, "etcdbrctl")
+            .unwrap_or_else(|ran| panic!("etcdbrctl restore of {url}:\n{}", ran.log));
+    let got = garden_ring_tests::etcd::Etcd::start_from_bin(
+        &etcd35,
+        ring.dir.path(),
+        garden_ring_tests::etcd::EtcdSpec::reserve("read-etcdbrctl"),
+        &restored.data_dir,
+    )
+    .await
+    .client()
+    .get_prefix_keys(b"/registry/")
+    .await
+    .unwrap();
+    let keys = got
+        .into_iter()
+        .map(|kv| String::from_utf8(kv.key).unwrap())
+        .collect();
+    Some((keys, restored.ran.took))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1140,4 +1144,122 @@ async fn a_new_host_continues_the_restored_chain_so_its_loss_right_after_loses_n
         after.migration.as_ref().map_or("", |m| m.restored.as_str()),
         got.len()
     );
+}
+
+/// Issue "backups that last and scale": a full snapshot runs beside the delta cuts, so the
+/// backups stay a delta period behind while a big etcd's full snapshot takes its time
+/// (before, no delta was cut until it was stored: at 1 GiB, 25 s in no backup). A 24 MiB etcd
+/// written on: compaction (`compaction_bytes` 16 MiB) starts full snapshots that take longer
+/// than the 100 ms delta period, and the writes made meanwhile are in a delta that overlaps
+/// the full snapshot's revision. A failover restores every acknowledged write from that
+/// chain, and so does the real `etcdbrctl restore` from the same bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deltas_go_on_while_a_full_snapshot_runs() {
+    let backup = BackupSettings::default();
+    let mut driver = garden_ring_tests::etcd::driver_with_deltas(3_600_000, 100);
+    driver.etcd.compaction_bytes = 16 * 1024 * 1024;
+    let mut ring = etcd_ring_with(driver, backup.clone());
+    wait_all_healthy(&ring).await;
+    let backups = file_backups(ring.dir.path(), "cp10");
+    let req = etcd_control_plane("cp10", "a", &backups["a"], backups.clone());
+    add_control_plane(&ring.client(), req).await.unwrap();
+    let cp = running_on(&ring, "cp10", "a").await;
+    let etcd = etcd_at(&cp, "a").await;
+
+    // 384 values of 64 KiB that gzip cannot shrink (xorshift), written while a small writer
+    // goes on beside them.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let writer = tokio::spawn(write_until_refused(etcd_at(&cp, "a").await, "w", stopped));
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut written = BTreeSet::new();
+    for i in 0..384 {
+        let value: Vec<u8> = (0..64 * 1024 / 8)
+            .flat_map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state.to_le_bytes()
+            })
+            .collect();
+        let key = format!("/registry/big/{i:04}");
+        eventually(Duration::from_secs(10), "put", || async {
+            etcd.put(key.as_bytes(), &value).await.ok()
+        })
+        .await;
+        written.insert(key);
+    }
+    let location = BackupLocation::parse(&backups["a"], &backup).unwrap();
+    let overlap = eventually(
+        Duration::from_secs(30),
+        "a delta that overlaps a full snapshot taken after the first",
+        || async {
+            let listing = list_snapshots(&location).await.ok()?;
+            let names: Vec<_> = listing.snapshots.iter().map(|s| *s.path.name()).collect();
+            names
+                .iter()
+                .filter(|f| f.kind() == SnapshotKind::Full && f.last_revision() > 1)
+                .find_map(|f| {
+                    let r = f.last_revision();
+                    names
+                        .iter()
+                        .find(|d| {
+                            d.kind() == SnapshotKind::Incr
+                                && d.start_revision() <= r
+                                && d.last_revision() > r
+                        })
+                        .map(|d| (f.to_string(), d.to_string()))
+                })
+        },
+    )
+    .await;
+    let _ = stop.send(true);
+    let acked = writer.await.unwrap();
+    written.extend(acked.iter().cloned());
+    // The last write in a delta before the host is lost.
+    let last_revision = etcd.revision().await.unwrap();
+    eventually(
+        Duration::from_secs(10),
+        &format!("a's backups reach revision {last_revision}"),
+        || async {
+            let listing = list_snapshots(&location).await.ok()?;
+            let reach = listing
+                .snapshots
+                .iter()
+                .map(|s| s.path.name().last_revision())
+                .max()?;
+            (reach >= last_revision).then_some(())
+        },
+    )
+    .await;
+
+    kill_zone(&mut ring, 0);
+    let moved = running_elsewhere(&ring, &[1, 2], "cp10", "a", Duration::from_secs(60)).await;
+    let got = keys_at(&moved, &moved.host).await;
+    let missing: Vec<_> = written.difference(&got).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} acknowledged writes missing after the failover",
+        missing.len(),
+        written.len()
+    );
+    println!(
+        "full beside deltas: {} overlaps {}; {} writes ({} small) all at {} (restored {})",
+        overlap.1,
+        overlap.0,
+        written.len(),
+        acked.len(),
+        moved.host,
+        moved.migration.as_ref().map_or("", |m| m.restored.as_str())
+    );
+    if let Some((got, took)) = etcdbrctl_keys(&ring, &backups["a"]).await {
+        let missing: Vec<_> = written.difference(&got).collect();
+        assert!(
+            missing.is_empty(),
+            "etcdbrctl's restore of a's bucket misses {} of {} acknowledged writes: {:?}",
+            missing.len(),
+            written.len(),
+            &missing[..missing.len().min(5)]
+        );
+        println!("etcdbrctl restores all {} ({took:?})", written.len());
+    }
 }

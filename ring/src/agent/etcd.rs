@@ -40,7 +40,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
-use super::etcd_backups::{Backups, Resume, Stored};
+use super::etcd_backups::{Backups, Resume, StoreError, Stored};
 use super::etcd_gc::{self, Collected};
 use super::etcd_replica::ReplicaHandle;
 pub use super::etcd_runtime::{EtcdRuntime, SnapshotTimes};
@@ -1111,6 +1111,11 @@ async fn behind_gate(
     let defrag_interval_ms = runtime.settings.defragmentation_interval_ms;
     let mut next_defrag =
         tokio::time::Instant::now() + Duration::from_millis(defrag_interval_ms.max(1));
+    // The full snapshot running beside the loop, if any.
+    let mut full_job: Option<FullJob> = None;
+    // Whether another full snapshot must follow the running one (a defragmentation came
+    // meanwhile). Other reasons (the interval, compaction, a lost watch) the running one meets.
+    let mut full_after_job = false;
     let ending = loop {
         tokio::select! {
             _ = stopped(stop) => break Ending::Stopped,
@@ -1122,15 +1127,30 @@ async fn behind_gate(
                     backend.set_deadline(d).await;
                 }
             }
-            _ = tokio::time::sleep_until(next_full) => {
-                let full = backups.full(deadline, false);
-                match forwarding_deadlines(&mut backend, &mut deadline_for_guard, full).await {
+            _ = tokio::time::sleep_until(next_full), if full_job.is_none() => {
+                full_job = Some(FullJob {
+                    started_unix_ms: unix_ms(),
+                    handle: tokio::spawn(backups.full_job(deadline).in_current_span()),
+                });
+            }
+            joined = async { (&mut full_job.as_mut().expect("guarded").handle).await }, if full_job.is_some() => {
+                let started_unix_ms = full_job.take().map_or(0, |job| job.started_unix_ms);
+                let stored = joined.unwrap_or_else(|e| Err(StoreError::Task(e.to_string())));
+                if let Ok(stored) = &stored {
+                    backups.full_done(stored, started_unix_ms, false).await;
+                }
+                let next_interval = if std::mem::take(&mut full_after_job) {
+                    Duration::ZERO
+                } else {
+                    full_interval
+                };
+                match stored {
                     Ok(Stored::Taken(taken)) => {
                         tracing::debug!("full snapshot {} ({} bytes)", taken.location, taken.stored_size_bytes);
-                        next_full = tokio::time::Instant::now() + full_interval;
+                        next_full = tokio::time::Instant::now() + next_interval;
                     }
                     Ok(Stored::Lost(lost)) => break Ending::Lost(lost),
-                    Ok(Stored::Nothing) => next_full = tokio::time::Instant::now() + full_interval,
+                    Ok(Stored::Nothing) => next_full = tokio::time::Instant::now() + next_interval,
                     Err(e) => {
                         tracing::warn!("full snapshot failed: {e}; again in {} ms", full_retry.as_millis());
                         next_full = tokio::time::Instant::now() + full_retry;
@@ -1202,8 +1222,10 @@ async fn behind_gate(
                 let report = forwarding_deadlines(&mut backend, &mut deadline_for_guard, defrag).await;
                 if report.is_some() {
                     // A full snapshot follows a defragmentation (as Gardener's does): the
-                    // compacted database is the new base of the chain.
+                    // compacted database is the new base of the chain (after the one running,
+                    // which read the database before).
                     next_full = tokio::time::Instant::now();
+                    full_after_job = full_job.is_some();
                 }
                 backups.defrag = report.or(backups.defrag.take());
                 next_defrag = tokio::time::Instant::now() + Duration::from_millis(defrag_interval_ms);
@@ -1219,6 +1241,8 @@ async fn behind_gate(
         }
     };
 
+    // A full snapshot still running is given up: the final delta holds what it would.
+    drop(full_job);
     // No client reaches etcd from here on.
     shared.close_gate().await;
     shared.set_phase(InstancePhase::Stopping);
@@ -1256,6 +1280,21 @@ async fn behind_gate(
     }
     backend.stop(runtime.timing.fence_ms).await;
     Ok(ending)
+}
+
+/// A full snapshot running in a task of its own beside the serving loop (a big etcd's takes
+/// minutes; the deltas go on meanwhile). Dropping it aborts the task: an upload not completed
+/// is dropped unfinished (see [`crate::backup::snapshot`]).
+struct FullJob {
+    handle: JoinHandle<Result<Stored, StoreError>>,
+    /// When it started, Unix ms.
+    started_unix_ms: u64,
+}
+
+impl Drop for FullJob {
+    fn drop(&mut self) {
+        self.handle.abort();
+    }
 }
 
 fn set_copy_progress(shared: &Shared, progress: watch::Receiver<CopyProgress>) {

@@ -11,6 +11,11 @@
 //!   starts at the revision after the restored one, before the gate opens, so the first writes
 //!   the new host acknowledges are in a delta one period later, not after a full snapshot of
 //!   the whole database (minutes for a big one, and until then in no backup at all).
+//! - A full snapshot of the serving etcd runs beside the delta cuts ([`Backups::full_job`]), so
+//!   the backups stay one delta period behind while a big database uploads (minutes at
+//!   several GiB). The first delta after it may overlap its revision (it holds events from
+//!   before and after): a restore skips what the full snapshot holds already, as
+//!   etcd-backup-restore's restorer does for the first delta after a full snapshot.
 //! - A watch that ends (etcd restarted, the connection broke) or falls behind a compaction
 //!   leaves the events since the last delta unknown: the caller takes a full snapshot at once
 //!   ([`Backups::on_message`] says so) and the watch starts again after it.
@@ -71,10 +76,7 @@ pub(super) struct Resume {
 
 /// The backup state of one serving instance. See the [module docs](self).
 pub(super) struct Backups {
-    runtime: Arc<EtcdRuntime>,
-    target: Target,
-    client: EtcdClient,
-    own: BackupLocation,
+    up: Uploader,
     watch: Option<WatchStream>,
     /// Events not in any stored snapshot yet, in revision order.
     pending: Vec<DeltaEvent>,
@@ -90,6 +92,9 @@ pub(super) struct Backups {
     /// Events and bytes (as encoded) in them.
     events_since_full: u64,
     bytes_since_full: u64,
+    /// Deltas, events and bytes since the full snapshot when the running full snapshot job
+    /// started ([`Backups::full_job`]): the deltas cut meanwhile follow it.
+    at_full_job: (u64, u64, u64),
     /// What garbage collection last did.
     pub gc: Option<GcReport>,
     /// The last defragmentation.
@@ -108,10 +113,12 @@ impl Backups {
         own: BackupLocation,
     ) -> Self {
         Self {
-            runtime,
-            target,
-            client,
-            own,
+            up: Uploader {
+                runtime,
+                target,
+                client,
+                own,
+            },
             watch: None,
             pending: Vec::new(),
             pending_bytes: 0,
@@ -121,6 +128,7 @@ impl Backups {
             deltas_since_full: 0,
             events_since_full: 0,
             bytes_since_full: 0,
+            at_full_job: (0, 0, 0),
             gc: None,
             defrag: None,
             newest_delta_unix_ms: None,
@@ -140,6 +148,7 @@ impl Backups {
             return Err("delta snapshots are off".into());
         }
         let at = self
+            .up
             .client
             .revision()
             .await
@@ -152,6 +161,7 @@ impl Backups {
             ));
         }
         let watch = self
+            .up
             .client
             .watch_all(resume.revision + 1)
             .await
@@ -175,12 +185,13 @@ impl Backups {
 
     /// The location this instance writes to.
     pub(super) fn location(&self) -> &BackupLocation {
-        &self.own
+        &self.up.own
     }
 
     /// Counts what a garbage collection did (for `/metrics`).
     pub(super) fn count_gc(&self, deleted_full: u64, deleted_delta: u64, failures: u64) {
-        self.runtime
+        self.up
+            .runtime
             .backups
             .count_gc(deleted_full, deleted_delta, failures);
     }
@@ -189,7 +200,7 @@ impl Backups {
     /// compaction: a restore replays them all), if they do: more events than
     /// `compaction_events`, or more bytes than `compaction_bytes` (0: no limit).
     pub(super) fn compaction_due(&self) -> Option<String> {
-        let settings = &self.runtime.settings;
+        let settings = &self.up.runtime.settings;
         if settings.compaction_events > 0 && self.events_since_full >= settings.compaction_events {
             return Some(format!(
                 "{} events in {} deltas since the full snapshot (compaction_events {})",
@@ -206,7 +217,7 @@ impl Backups {
     }
 
     fn deltas_enabled(&self) -> bool {
-        self.runtime.settings.delta_snapshot_period_ms > 0
+        self.up.runtime.settings.delta_snapshot_period_ms > 0
     }
 
     /// Whether deltas are being collected (a watch runs).
@@ -233,40 +244,90 @@ impl Backups {
         }
     }
 
-    /// Takes a full snapshot (final when `final_`) and, after it, (re)starts the watch.
+    /// Takes a full snapshot (final when `final_`) and, after it, (re)starts the watch; no
+    /// delta is cut meanwhile. The final snapshot, and tests, use it; the serving loop runs
+    /// [`Backups::full_job`] beside the delta cuts.
     pub(super) async fn full(
         &mut self,
         deadline: &watch::Receiver<u64>,
         final_: bool,
     ) -> Result<Stored, StoreError> {
-        let stored = self.store_checked(deadline, Stage::Full { final_ }).await?;
-        if let Stored::Taken(taken) = &stored {
-            self.covered = taken.revision;
-            self.delivered = self.delivered.max(taken.revision);
-            self.pending
-                .retain(|e| e.revision() as u64 > taken.revision);
-            self.pending_bytes = self
-                .pending
-                .iter()
-                .map(DeltaEvent::encoded_size_bytes)
-                .sum();
-            self.full = Some(taken.location.to_string());
-            self.deltas_since_full = 0;
-            self.events_since_full = 0;
-            self.bytes_since_full = 0;
+        self.at_full_job = self.since_full();
+        let started_unix_ms = unix_ms();
+        let stored = self
+            .up
+            .store_checked(deadline, Stage::Full { final_ })
+            .await?;
+        self.full_done(&stored, started_unix_ms, final_).await;
+        Ok(stored)
+    }
+
+    /// A full snapshot to run beside the delta cuts (a big etcd's takes minutes, and the
+    /// deltas keep the backups up to date meanwhile); hand its result, and the time it
+    /// started, to [`Backups::full_done`]. Deltas cut while it runs may overlap its revision:
+    /// the first delta after a full snapshot may start at or below it (replay skips what the
+    /// store holds already, as etcd-backup-restore's does for the first delta after a full).
+    pub(super) fn full_job(
+        &mut self,
+        deadline: &watch::Receiver<u64>,
+    ) -> impl std::future::Future<Output = Result<Stored, StoreError>> + Send + 'static {
+        self.at_full_job = self.since_full();
+        let up = self.up.clone();
+        let deadline = deadline.clone();
+        async move {
+            up.store_checked(&deadline, Stage::Full { final_: false })
+                .await
+        }
+    }
+
+    fn since_full(&self) -> (u64, u64, u64) {
+        (
+            self.deltas_since_full,
+            self.events_since_full,
+            self.bytes_since_full,
+        )
+    }
+
+    /// Takes in a stored full snapshot (a job started at `started_unix_ms`): it is the base
+    /// of the chain from now on, and the watch starts after it if none runs.
+    pub(super) async fn full_done(&mut self, stored: &Stored, started_unix_ms: u64, final_: bool) {
+        let Stored::Taken(taken) = stored else {
+            return;
+        };
+        // Deltas cut while it ran follow it (they reach past its revision, or the next one
+        // starts after them).
+        let (deltas, events, bytes) = self.at_full_job;
+        self.deltas_since_full = self.deltas_since_full.saturating_sub(deltas);
+        self.events_since_full = self.events_since_full.saturating_sub(events);
+        self.bytes_since_full = self.bytes_since_full.saturating_sub(bytes);
+        if self.deltas_since_full == 0 {
             self.newest_delta_unix_ms = None;
-            self.up_to_date_unix_ms = unix_ms();
-            if self.deltas_enabled() && self.watch.is_none() && !final_ {
-                match self.client.watch_all(taken.revision + 1).await {
-                    Ok(w) => self.watch = Some(w),
-                    Err(e) => tracing::warn!(
-                        "cannot watch etcd from revision {}: {e}; the next full snapshot tries again",
-                        taken.revision + 1
-                    ),
+        }
+        self.covered = self.covered.max(taken.revision);
+        self.delivered = self.delivered.max(taken.revision);
+        self.pending
+            .retain(|e| e.revision() as u64 > taken.revision);
+        self.pending_bytes = self
+            .pending
+            .iter()
+            .map(DeltaEvent::encoded_size_bytes)
+            .sum();
+        self.full = Some(taken.location.to_string());
+        self.up_to_date_unix_ms = self.up_to_date_unix_ms.max(started_unix_ms);
+        if self.deltas_enabled() && self.watch.is_none() && !final_ {
+            match self.up.client.watch_all(taken.revision + 1).await {
+                Ok(w) => {
+                    self.watch = Some(w);
+                    // What was stored after the full snapshot comes again from etcd's
+                    // history and is skipped (at or below `covered`).
+                    self.delivered = self.covered;
                 }
+                Err(e) => tracing::warn!(
+                    "cannot watch etcd from revision {}: {e}; the next full snapshot tries again",
+                    taken.revision + 1
+                ),
             }
         }
-        Ok(stored)
     }
 
     /// The watch's next message; never resolves while no watch runs.
@@ -311,7 +372,8 @@ impl Backups {
                     self.delivered = self.delivered.max(revision as u64);
                     self.pending.push(e);
                 }
-                if self.pending_bytes > 2 * self.runtime.settings.delta_snapshot_memory_limit_bytes
+                if self.pending_bytes
+                    > 2 * self.up.runtime.settings.delta_snapshot_memory_limit_bytes
                 {
                     // Deltas cannot be stored (the store fails) and events keep coming: memory
                     // is bounded by dropping them; the full snapshot that must follow holds
@@ -341,7 +403,7 @@ impl Backups {
 
     /// Whether the waiting events reached the memory limit (cut a delta now).
     pub(super) fn over_memory_limit(&self) -> bool {
-        self.pending_bytes >= self.runtime.settings.delta_snapshot_memory_limit_bytes
+        self.pending_bytes >= self.up.runtime.settings.delta_snapshot_memory_limit_bytes
     }
 
     /// Writes the waiting events as a delta snapshot (final when `final_`).
@@ -356,9 +418,12 @@ impl Backups {
             }
             return Ok(Stored::Nothing);
         }
-        let stored = self
-            .store_checked(deadline, Stage::Delta { final_ })
-            .await?;
+        let stage = Stage::Delta {
+            final_,
+            start_revision: self.covered + 1,
+            events: &self.pending,
+        };
+        let stored = self.up.store_checked(deadline, stage).await?;
         if let Stored::Taken(taken) = &stored {
             debug_assert_eq!(
                 self.pending.last().map(|e| e.revision() as u64),
@@ -386,7 +451,7 @@ impl Backups {
         if !self.deltas_enabled() || self.watch.is_none() {
             return self.full(deadline, true).await;
         }
-        let target = match self.client.revision().await {
+        let target = match self.up.client.revision().await {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(
@@ -420,6 +485,27 @@ impl Backups {
         self.cut(deadline, true).await
     }
 
+    /// Why this member may no longer write into its location, if so: see
+    /// [`Uploader::lost_ownership`].
+    pub(super) async fn lost_ownership(
+        &self,
+        deadline: &watch::Receiver<u64>,
+    ) -> Result<Option<String>, StoreError> {
+        self.up.lost_ownership(deadline).await
+    }
+}
+
+/// What uploads into this member's location, owned, so that a full snapshot can run beside
+/// the delta cuts ([`Backups::full_job`]).
+#[derive(Clone)]
+struct Uploader {
+    runtime: Arc<EtcdRuntime>,
+    target: Target,
+    client: EtcdClient,
+    own: BackupLocation,
+}
+
+impl Uploader {
     /// Stores a snapshot in `own` if this member still owns it; [`Stored::Lost`] when it lost
     /// ownership (DESIGN.md rule 4).
     ///
@@ -432,7 +518,7 @@ impl Backups {
     async fn store_checked(
         &self,
         deadline: &watch::Receiver<u64>,
-        stage: Stage,
+        stage: Stage<'_>,
     ) -> Result<Stored, StoreError> {
         let store = self.own.store();
         if let Some(lost) = self.lost_ownership(deadline).await? {
@@ -452,12 +538,16 @@ impl Backups {
                 )
                 .await?
             }
-            Stage::Delta { final_ } => {
+            Stage::Delta {
+                final_,
+                start_revision,
+                events,
+            } => {
                 stage_delta_snapshot(
                     &store,
                     self.own.prefix(),
-                    self.covered + 1,
-                    &self.pending,
+                    start_revision,
+                    events,
                     at_ms / 1000,
                     final_,
                     compress,
@@ -515,13 +605,20 @@ pub(super) enum StoreError {
     /// The location's marker could not be read (the object store).
     #[error(transparent)]
     Marker(#[from] crate::backup::marker::MarkerError),
+    /// The task that ran a full snapshot ended without an answer (it panicked).
+    #[error("the full snapshot's task ended without an answer: {0}")]
+    Task(String),
 }
 
-/// What [`Backups::store_checked`] uploads.
+/// What [`Uploader::store_checked`] uploads.
 #[derive(Debug, Clone, Copy)]
-enum Stage {
+enum Stage<'a> {
     /// A full snapshot of etcd.
     Full { final_: bool },
-    /// The waiting events.
-    Delta { final_: bool },
+    /// Events, the first delta revision `start_revision`.
+    Delta {
+        final_: bool,
+        start_revision: u64,
+        events: &'a [DeltaEvent],
+    },
 }

@@ -721,6 +721,20 @@ impl EtcdClient {
     /// Every key starting with `prefix` (all keys for an empty prefix), sorted by key; refused
     /// as [`EtcdError::Protocol`] when more than [`MAX_RANGE_KEYS`] match.
     pub async fn get_prefix(&self, prefix: &[u8]) -> Result<Vec<KeyValue>, EtcdError> {
+        self.range_prefix(prefix, false).await
+    }
+
+    /// Like [`EtcdClient::get_prefix`], without the values (empty): for keys whose values
+    /// together exceed a response's size limit.
+    pub async fn get_prefix_keys(&self, prefix: &[u8]) -> Result<Vec<KeyValue>, EtcdError> {
+        self.range_prefix(prefix, true).await
+    }
+
+    async fn range_prefix(
+        &self,
+        prefix: &[u8],
+        keys_only: bool,
+    ) -> Result<Vec<KeyValue>, EtcdError> {
         let mut client = self.kv.clone();
         let range_end = prefix_end(prefix);
         let r = self
@@ -734,6 +748,7 @@ impl EtcdClient {
                     },
                     range_end,
                     limit: MAX_RANGE_KEYS,
+                    keys_only,
                     ..Default::default()
                 })),
             )
