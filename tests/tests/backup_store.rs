@@ -578,6 +578,7 @@ async fn a_store_outage_mid_copy_is_retried_and_the_copy_completes() {
         },
         deadline: Some(Instant::now() + Duration::from_secs(120)),
         progress: Some(progress_tx),
+        newest_fulls: None,
     };
     let copy = tokio::spawn({
         let (source, destination) = (source.clone(), destination.clone());
@@ -661,6 +662,7 @@ async fn a_copy_that_gives_up_during_an_outage_resumes_without_recopying() {
         },
         deadline: Some(Instant::now() + Duration::from_secs(120)),
         progress: Some(progress_tx),
+        newest_fulls: None,
     };
     let copy = tokio::spawn({
         let (source, destination) = (source.clone(), destination.clone());

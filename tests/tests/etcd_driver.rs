@@ -583,14 +583,19 @@ async fn a_bucket_written_by_etcd_backup_restore_is_migrated_and_restored() {
     let got = keys_at(&cp, "b").await;
     assert_eq!(got.len(), 150, "{got:?}");
     assert!(got.contains("/registry/old049") && got.contains("/registry/new099"));
-    // The copy kept etcd-backup-restore's names.
+    // The copy kept etcd-backup-restore's names and took the chain the restore needs only:
+    // the older full snapshot stays at the source.
     let copied = full_snapshots(&backups["b"], &backup).await;
     assert!(copied.contains_key(&newest_name), "{copied:?}");
     assert!(
-        copied
-            .keys()
-            .any(|n| n.starts_with("Full-00000000-") && n.ends_with("-1700000000")),
+        !copied.keys().any(|n| n.ends_with("-1700000000")),
         "{copied:?}"
+    );
+    assert!(
+        full_snapshots(fixture.url(), &backup)
+            .await
+            .keys()
+            .any(|n| n.ends_with("-1700000000"))
     );
     println!(
         "etcd-backup-restore bucket: restored {} with {} keys; {} bytes copied",

@@ -451,9 +451,17 @@ async fn prepare(
     shared: &Shared,
 ) -> Result<Option<Resume>, InstanceError> {
     let mut backoff_ms = FIRST_PREPARE_BACKOFF_MS;
+    // Streams (a full snapshot and the deltas after it) the migration copies: the newest, and
+    // one more each time every copied full snapshot failed to verify.
+    let mut streams = 1;
     loop {
-        match prepare_once(runtime, target, shared).await {
+        match prepare_once(runtime, target, shared, streams).await {
             Ok(resume) => return Ok(resume),
+            Err(Prepare::CopyMore(why)) => {
+                streams += 1;
+                tracing::warn!("{why}: copying {streams} streams of snapshots");
+                shared.note(format!("{why}: copying {streams} streams of snapshots"));
+            }
             Err(Prepare::Fatal(why)) => {
                 shared.note(why.clone());
                 return Err(InstanceError::Prepare(why));
@@ -471,12 +479,15 @@ async fn prepare(
 enum Prepare {
     Retry(String),
     Fatal(String),
+    /// No full snapshot copied verifies, and the source has older ones: copy one more stream.
+    CopyMore(String),
 }
 
 async fn prepare_once(
     runtime: &EtcdRuntime,
     target: &Target,
     shared: &Shared,
+    streams: usize,
 ) -> Result<Option<Resume>, Prepare> {
     let fatal = |e: &dyn std::fmt::Display| Prepare::Fatal(e.to_string());
     let destination =
@@ -507,8 +518,11 @@ async fn prepare_once(
     let (progress, progress_rx) = watch::channel(CopyProgress::default());
     set_copy_progress(shared, progress_rx);
     shared.report(MigrationStep::Copying, |_| {});
+    // The restore needs the newest full snapshot and the deltas after it, not the whole
+    // history (the source keeps it: DESIGN.md rule 4).
     let options = CopyOptions {
         progress: Some(progress),
+        newest_fulls: Some(streams),
         ..CopyOptions::new(&runtime.backup)
     };
     let migrated = migrate(&source, &destination, &plan, &options, unix_ms)
@@ -537,10 +551,12 @@ async fn prepare_once(
         .collect();
     if !migrated.copy.copied.is_empty() {
         tracing::info!(
-            "copied {} snapshots ({copied} bytes) from {source} to {destination}",
-            migrated.copy.copied.len()
+            "copied {} snapshots ({copied} bytes) from {source} to {destination}; {} older ones left there",
+            migrated.copy.copied.len(),
+            migrated.copy.left_out
         );
     }
+    let left_out = migrated.copy.left_out;
     shared.report(MigrationStep::Restoring, |r| r.bytes_copied = copied);
 
     let dir = runtime.epoch_dir(&target.name, target.epoch);
@@ -631,6 +647,9 @@ async fn prepare_once(
                  (remove and add the control plane again to start it empty)",
                 from.as_deref().unwrap_or_default()
             )));
+        }
+        Err(e @ RestoreError::NoUsableSnapshot { .. }) if left_out > 0 => {
+            return Err(Prepare::CopyMore(e.to_string()));
         }
         // Retried with backoff even when not retryable (a missing tool, a snapshot of the wrong
         // cluster): ending the instance would only have the agent start it again next round.

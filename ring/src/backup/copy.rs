@@ -11,6 +11,12 @@
 //!   again, so running the copy again after a failure resumes it. A destination object with
 //!   the same name and another size is a conflict: the copy stops before copying anything and
 //!   overwrites nothing.
+//! - **Only the restore's chain, when asked** ([`CopyOptions::newest_fulls`], like
+//!   `etcdbrctl copy --max-backups-to-copy`): the newest N full snapshots and every delta that
+//!   reaches past the oldest of them; older snapshots stay at the source only
+//!   ([`CopyReport::left_out`]). A migration copies one stream (a restore replays the newest
+//!   full snapshot and the deltas after it) and more only when its full snapshot does not
+//!   verify.
 //! - **Never deletes or changes anything at the source.**
 //! - **Complete or invisible**: a destination object appears only complete. Objects up to one
 //!   part ([`PART_SIZE_BYTES`]) are written with one atomic put; bigger ones are streamed from
@@ -49,7 +55,7 @@ use tokio::time::Instant;
 use super::layout::{Listed, Listing, StoreError, Unparsed, list_snapshots};
 use super::location::{BackupLocation, is_retryable};
 use crate::config::{BackupSettings, MAX_COPY_PARALLELISM};
-use crate::core::backup_name::{BackupNameError, SnapshotPath};
+use crate::core::backup_name::{BackupNameError, SnapshotKind, SnapshotPath};
 
 /// Size of one multipart part, and the largest object written with a single put.
 pub const PART_SIZE_BYTES: usize = 8 * 1024 * 1024;
@@ -94,6 +100,9 @@ pub struct CopyOptions {
     pub deadline: Option<Instant>,
     /// Where progress is reported, if anywhere.
     pub progress: Option<watch::Sender<CopyProgress>>,
+    /// Copy only the newest this many full snapshots and the deltas that reach past the
+    /// oldest of them (none: everything). With fewer full snapshots at the source, everything.
+    pub newest_fulls: Option<usize>,
 }
 
 impl CopyOptions {
@@ -104,6 +113,7 @@ impl CopyOptions {
             retry: RetryPolicy::default(),
             deadline: None,
             progress: None,
+            newest_fulls: None,
         }
     }
 }
@@ -179,6 +189,8 @@ pub struct CopyReport {
     pub unparsed: Vec<Unparsed>,
     /// Bytes of the snapshots copied.
     pub bytes_copied: u64,
+    /// Snapshots older than what [`CopyOptions::newest_fulls`] asked for: not copied.
+    pub left_out: usize,
 }
 
 /// Why a copy stopped. Objects completed before it remain at the destination, complete.
@@ -331,6 +343,7 @@ pub async fn copy_snapshots(
         &source_listing,
         &destination_listing,
         destination,
+        options.newest_fulls,
         &mut report,
     )?;
 
@@ -362,14 +375,33 @@ pub async fn copy_snapshots(
     Ok(report)
 }
 
+/// The revision a copy of the newest `newest_fulls` full snapshots starts after: the oldest
+/// of them's. Full snapshots below it, and deltas that do not reach past it, are left out.
+/// `None`: everything is copied (no limit, or no more full snapshots than it).
+fn copy_after(source: &Listing, newest_fulls: Option<usize>) -> Option<u64> {
+    let n = newest_fulls?.max(1);
+    // One entry per destination name (`X` and `X.final` are one), newest first.
+    let fulls: BTreeSet<(u64, u64)> = source
+        .snapshots
+        .iter()
+        .map(|s| s.path.name())
+        .filter(|n| n.kind() == SnapshotKind::Full)
+        .map(|n| (n.last_revision(), n.created_unix_s()))
+        .collect();
+    (fulls.len() > n).then(|| fulls.iter().rev().nth(n - 1).map(|f| f.0))?
+}
+
 /// Splits the source's snapshots into final ones and the rest (each newest first), minus
-/// what the destination holds; records the skipped ones in `report`.
+/// what the destination holds and what `newest_fulls` leaves out; records the skipped ones
+/// in `report`.
 fn plan(
     source: &Listing,
     destination: &Listing,
     destination_location: &BackupLocation,
+    newest_fulls: Option<usize>,
     report: &mut CopyReport,
 ) -> Result<(Vec<Job>, Vec<Job>), CopyError> {
+    let after = copy_after(source, newest_fulls);
     let existing: BTreeMap<String, u64> = destination
         .snapshots
         .iter()
@@ -387,6 +419,17 @@ fn plan(
     let mut planned = BTreeSet::new();
     let (mut finals, mut rest) = (Vec::new(), Vec::new());
     for listed in ordered {
+        if let Some(after) = after {
+            let n = listed.path.name();
+            let older = match n.kind() {
+                SnapshotKind::Full => n.last_revision() < after,
+                SnapshotKind::Incr => n.last_revision() <= after,
+            };
+            if older {
+                report.left_out += 1;
+                continue;
+            }
+        }
         let name = listed.path.name().with_final(false);
         let destination = SnapshotPath::new(destination_location.backup_prefix().clone(), name)
             .map_err(|why| CopyError::Name {
@@ -820,7 +863,7 @@ mod tests {
             unparsed: Vec::new(),
         };
         let mut report = CopyReport::default();
-        let (finals, rest) = plan(&source, &present, &destination(), &mut report).unwrap();
+        let (finals, rest) = plan(&source, &present, &destination(), None, &mut report).unwrap();
         let keys = |jobs: &[Job]| -> Vec<String> {
             jobs.iter().map(|j| j.destination.to_string()).collect()
         };
@@ -851,6 +894,55 @@ mod tests {
     }
 
     #[test]
+    fn plan_of_the_newest_fulls_copies_their_chain_only() {
+        let source = Listing {
+            snapshots: vec![
+                listed("from/v2/Full-00000000-00001000-1700000000", 10),
+                listed("from/v2/Incr-00001001-00001050-1700000060", 20),
+                listed("from/v2/Full-00000000-00001100-1700000120", 30),
+                listed("from/v2/Incr-00001051-00001150-1700000130", 40),
+                listed("from/v2/Incr-00001151-00001200-1700000140", 50),
+                listed("from/v2/Full-00000000-00001200-1700000150", 60),
+                listed("from/v2/Full-00000000-00001200-1700000150.final", 61),
+            ],
+            unparsed: Vec::new(),
+        };
+        let empty = Listing::default();
+        let names = |limit| {
+            let mut report = CopyReport::default();
+            let (finals, rest) = plan(&source, &empty, &destination(), limit, &mut report).unwrap();
+            let names: Vec<String> = finals
+                .iter()
+                .chain(&rest)
+                .map(|j| j.destination.name().to_string())
+                .collect();
+            (names, report.left_out)
+        };
+        // One stream: the newest full snapshot (its final copy) and nothing before it.
+        assert_eq!(
+            names(Some(1)),
+            (vec!["Full-00000000-00001200-1700000150".to_string()], 5)
+        );
+        // Two: the full snapshot before it too, and the deltas that reach past that one (the
+        // one overlapping it included).
+        assert_eq!(
+            names(Some(2)),
+            (
+                vec![
+                    "Full-00000000-00001200-1700000150".to_string(),
+                    "Incr-00001151-00001200-1700000140".to_string(),
+                    "Incr-00001051-00001150-1700000130".to_string(),
+                    "Full-00000000-00001100-1700000120".to_string(),
+                ],
+                2
+            )
+        );
+        // As many as there are, or no limit: everything.
+        assert_eq!(names(Some(3)).1, 0);
+        assert_eq!(names(None).0.len(), 6);
+    }
+
+    #[test]
     fn plan_refuses_a_same_name_object_of_another_size() {
         let source = Listing {
             snapshots: vec![listed("v2/Full-00000000-00001000-1700000000.gz", 10)],
@@ -864,6 +956,7 @@ mod tests {
             &source,
             &present,
             &destination(),
+            None,
             &mut CopyReport::default(),
         )
         .err()
