@@ -480,12 +480,23 @@ impl Snapshotter {
         etcd: &EtcdSpec,
         options: &SnapshotOptions,
     ) -> Snapshotter {
+        Self::start_for(etcdbrctl, dir, store, &etcd.client_url(), options)
+    }
+
+    /// [`Snapshotter::start`] for the etcd at the client URL `endpoint`.
+    pub fn start_for(
+        etcdbrctl: &Path,
+        dir: &Path,
+        store: &Store,
+        endpoint: &str,
+        options: &SnapshotOptions,
+    ) -> Snapshotter {
         let mut command = Command::new(etcdbrctl);
         clean_command(&mut command, dir);
         command
             .arg("snapshot")
             .args(store.args(""))
-            .arg(format!("--endpoints={}", etcd.client_url()))
+            .arg(format!("--endpoints={endpoint}"))
             .args(schedule_args(dir, options));
         store.apply_env(&mut command, "");
         Self::spawn(command, dir.join("etcdbrctl-snapshot.log"), store, None)

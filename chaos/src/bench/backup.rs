@@ -4,7 +4,9 @@
 //!
 //! - **deltas' cost**: writes/s of 16 clients (1 KiB values) on the etcd alone, then with the
 //!   delta snapshotter running (a watch, a delta every second with the ownership marker read
-//!   before each upload: what a host's driver does, through the same library functions);
+//!   before each upload: what a host's driver does, through the same library functions),
+//!   into moto and into a local `file://` location (moto shares the CPUs);
+//! - **defragmentation** of the whole database, timed (etcd answers no write meanwhile);
 //! - **full snapshot upload**: `stage_full_snapshot` + completion (etcd's snapshot stream,
 //!   verified, into a multipart upload) against a raw `object_store` multipart upload of the
 //!   same bytes from a local file;
@@ -95,6 +97,21 @@ pub struct BackupReport {
     pub load_delta_bytes: u64,
     /// Median with deltas / median without.
     pub ratio_deltas: f64,
+    /// writes/s with a delta every second into a local `file://` location (no moto), per
+    /// round.
+    pub with_file_deltas_writes_per_s: Vec<f64>,
+    /// Their median / the median without.
+    pub ratio_file_deltas: f64,
+    /// writes/s with a watch of every key drained and nothing written: etcd's share of the
+    /// deltas' cost, per round.
+    pub with_watch_writes_per_s: Vec<f64>,
+    /// writes/s with `etcdbrctl snapshot` cutting its deltas every second into a local store
+    /// (after its first full snapshot), per round; empty without etcdbrctl.
+    pub with_etcdbrctl_writes_per_s: Vec<f64>,
+    /// A defragmentation of the whole database, s (no write is answered meanwhile).
+    pub defrag_s: f64,
+    /// The database after it, bytes.
+    pub db_after_defrag_bytes: u64,
     /// The ring's full snapshot of the etcd into the bucket.
     pub full_upload: CopyRow,
     /// A raw multipart upload of the same bytes.
@@ -347,6 +364,61 @@ async fn load_with_deltas(
     Ok((writes?, deltas, bytes))
 }
 
+/// A load phase with a watch of every key drained meanwhile (what etcd spends on the
+/// deltas' watch, without cutting or storing anything).
+async fn load_with_watch(
+    url: &str,
+    clients: usize,
+    seconds: f64,
+    round: &str,
+) -> anyhow::Result<f64> {
+    let client = EtcdClient::connect(url, options()).await?;
+    let mut watch = client.watch_all(client.revision().await? + 1).await?;
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let drain = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                message = watch.next() => { message?; }
+                _ = stopped.changed() => break,
+            }
+        }
+        anyhow::Ok(())
+    });
+    let writes = load(url, clients, seconds, round).await;
+    let _ = stop.send(true);
+    drain.await??;
+    writes
+}
+
+/// A load phase with `etcdbrctl snapshot` (deltas every second into a local store under
+/// `home`) running, the real peer's cost; its first full snapshot is waited for before the
+/// load starts, so that only its deltas are measured.
+async fn load_with_etcdbrctl(
+    etcdbrctl: &Path,
+    home: &Path,
+    url: &str,
+    clients: usize,
+    seconds: f64,
+    round: &str,
+) -> anyhow::Result<f64> {
+    use garden_ring_tests::etcdbrctl::{SnapshotOptions, Snapshotter, Store};
+    std::fs::create_dir_all(home)?;
+    let store = Store::local(home, "load", "etcd-main");
+    let options = SnapshotOptions {
+        delta_snapshot_period: DELTA_PERIOD,
+        compress: false,
+        garbage_collection: None,
+    };
+    let mut snapshotter = Snapshotter::start_for(etcdbrctl, home, &store, url, &options);
+    snapshotter.wait_settled().await;
+    let writes = load(url, clients, seconds, round).await;
+    let deltas = snapshotter.listing().await.deltas().len();
+    snapshotter.stop();
+    println!("    etcdbrctl cut {deltas} deltas during the load ({round})");
+    std::fs::remove_dir_all(home).ok();
+    writes
+}
+
 /// Uploads `file` to `to` as the raw baseline: `WriteMultipart`, the copy's part size and
 /// parts in flight.
 async fn raw_upload(
@@ -459,33 +531,99 @@ pub async fn run(
         db_size_bytes as f64 / MIB as f64
     );
 
-    // The deltas' cost: rounds in alternating order.
+    // The deltas' cost: rounds in rotating order. The deltas go to moto (a Python process on
+    // the same CPUs) and, to tell moto's share apart, to a local `file://` location.
     let load_location = open("s3://load/etcd-main")?;
-    let (mut plain, mut with) = (Vec::new(), Vec::new());
+    let file_dir = opts.dir.join("file-deltas");
+    std::fs::create_dir_all(&file_dir)?;
+    let file_location = open(&format!("file://{}/etcd-main", file_dir.display()))?;
+    let (mut plain, mut with, mut with_file) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut with_watch, mut with_etcdbrctl) = (Vec::new(), Vec::new());
     let (mut load_deltas, mut load_delta_bytes) = (0, 0);
+    let mut variants = vec!["p", "s3", "file", "watch"];
+    if opts.etcdbrctl.is_some() {
+        variants.push("etcdbrctl");
+    }
     for round in 0..2 {
-        for deltas_now in [round == 1, round == 0] {
-            let name = format!("r{round}{}", if deltas_now { "d" } else { "p" });
-            if deltas_now {
-                let (w, d, b) =
-                    load_with_deltas(&etcd.url, opts.clients, opts.seconds, &name, &load_location)
-                        .await?;
-                with.push(w);
-                load_deltas += d;
-                load_delta_bytes += b;
-            } else {
-                plain.push(load(&etcd.url, opts.clients, opts.seconds, &name).await?);
+        let mut order = variants.clone();
+        if round == 1 {
+            order.reverse();
+        }
+        for variant in order {
+            let name = format!("r{round}{variant}");
+            match variant {
+                "p" => plain.push(load(&etcd.url, opts.clients, opts.seconds, &name).await?),
+                "watch" => with_watch
+                    .push(load_with_watch(&etcd.url, opts.clients, opts.seconds, &name).await?),
+                "etcdbrctl" => {
+                    let etcdbrctl = opts.etcdbrctl.as_deref().context("etcdbrctl")?;
+                    let home = opts.dir.join(format!("etcdbrctl-{name}"));
+                    with_etcdbrctl.push(
+                        load_with_etcdbrctl(
+                            etcdbrctl,
+                            &home,
+                            &etcd.url,
+                            opts.clients,
+                            opts.seconds,
+                            &name,
+                        )
+                        .await?,
+                    );
+                }
+                "s3" => {
+                    let (w, d, b) = load_with_deltas(
+                        &etcd.url,
+                        opts.clients,
+                        opts.seconds,
+                        &name,
+                        &load_location,
+                    )
+                    .await?;
+                    with.push(w);
+                    load_deltas += d;
+                    load_delta_bytes += b;
+                }
+                _ => {
+                    let (w, ..) = load_with_deltas(
+                        &etcd.url,
+                        opts.clients,
+                        opts.seconds,
+                        &name,
+                        &file_location,
+                    )
+                    .await?;
+                    with_file.push(w);
+                }
             }
         }
     }
     let ratio_deltas = median(&with) / median(&plain);
+    let ratio_file_deltas = median(&with_file) / median(&plain);
     println!(
-        "  {} clients: {:.0} writes/s without snapshots, {:.0} with a delta every {} s ({load_deltas} deltas, {:.1} MiB): {ratio_deltas:.3}x",
+        "  {} clients: {:.0} writes/s without snapshots, {:.0} with a delta every {} s to moto ({load_deltas} deltas, {:.1} MiB): {ratio_deltas:.3}x; {:.0} to file:// {ratio_file_deltas:.3}x; {:.0} with a watch alone; {} with etcdbrctl's deltas",
         opts.clients,
         median(&plain),
         median(&with),
         DELTA_PERIOD.as_secs(),
-        load_delta_bytes as f64 / MIB as f64
+        load_delta_bytes as f64 / MIB as f64,
+        median(&with_file),
+        median(&with_watch),
+        if with_etcdbrctl.is_empty() {
+            "-".to_string()
+        } else {
+            format!("{:.0}", median(&with_etcdbrctl))
+        },
+    );
+    std::fs::remove_dir_all(&file_dir).ok();
+
+    // Defragmentation of the whole database: etcd answers no write meanwhile.
+    let started = Instant::now();
+    client.defragment(3_600_000).await?;
+    let defrag_s = started.elapsed().as_secs_f64();
+    let db_after_defrag_bytes = client.status().await?.db_size_bytes;
+    println!(
+        "  defragmentation: {defrag_s:.1} s (database {:.0} MiB after it)",
+        db_after_defrag_bytes as f64 / MIB as f64
     );
 
     // The full snapshot, then the deltas after it.
@@ -658,6 +796,12 @@ pub async fn run(
         clients: opts.clients,
         plain_writes_per_s: plain,
         with_deltas_writes_per_s: with,
+        with_file_deltas_writes_per_s: with_file,
+        with_watch_writes_per_s: with_watch,
+        with_etcdbrctl_writes_per_s: with_etcdbrctl,
+        ratio_file_deltas,
+        defrag_s,
+        db_after_defrag_bytes,
         load_deltas,
         load_delta_bytes,
         ratio_deltas,

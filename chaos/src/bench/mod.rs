@@ -594,6 +594,43 @@ fn backup_rows(r: &backup::BackupReport) -> Vec<Row> {
         ),
         Row::new(
             Part::Backup,
+            "  same, the deltas into a local file:// location (moto's CPU share apart)".to_string(),
+            "writes/s",
+            Some(copy::median(&r.with_file_deltas_writes_per_s)),
+            "no snapshots",
+            Some(copy::median(&r.plain_writes_per_s)),
+            Goal::Info,
+        ),
+        Row::new(
+            Part::Backup,
+            "  same, a watch of every key alone (etcd's share)".to_string(),
+            "writes/s",
+            Some(copy::median(&r.with_watch_writes_per_s)),
+            "no snapshots",
+            Some(copy::median(&r.plain_writes_per_s)),
+            Goal::Info,
+        ),
+        Row::new(
+            Part::Backup,
+            "  same, the deltas into a local file:// location".to_string(),
+            "writes/s",
+            Some(copy::median(&r.with_file_deltas_writes_per_s)),
+            "etcdbrctl's deltas, local",
+            (!r.with_etcdbrctl_writes_per_s.is_empty())
+                .then(|| copy::median(&r.with_etcdbrctl_writes_per_s)),
+            Goal::Info,
+        ),
+        Row::new(
+            Part::Backup,
+            format!("defragmentation ({size} etcd, no write answered meanwhile)"),
+            "s",
+            Some(r.defrag_s),
+            "-",
+            None,
+            Goal::Info,
+        ),
+        Row::new(
+            Part::Backup,
             format!("full snapshot upload ({size} etcd)"),
             "MiB/s",
             Some(r.full_upload.mib_per_s),
@@ -679,7 +716,19 @@ fn backup_rows(r: &backup::BackupReport) -> Vec<Row> {
         }
         rows.push(Row::new(
             Part::Backup,
-            format!("  {}: acknowledged writes lost", m.what),
+            format!("  {}: MiB copied", m.what),
+            "MiB",
+            Some(m.bytes_copied as f64 / (1024.0 * 1024.0)),
+            "-",
+            None,
+            Goal::Info,
+        ));
+        rows.push(Row::new(
+            Part::Backup,
+            format!(
+                "  {}: acknowledged writes lost (of {})",
+                m.what, m.acked_writes
+            ),
             "writes",
             Some(m.lost_writes as f64),
             "-",
