@@ -48,6 +48,10 @@ const MIB: usize = 1024 * 1024;
 pub const PRELOAD_VALUE_BYTES: usize = 32 * 1024;
 /// Value size of the load phases' and the deltas' writes.
 pub const WRITE_VALUE_BYTES: usize = 1024;
+/// Keys each load client overwrites in turn: the load phases leave 16 MiB of live keys, and
+/// the compaction and defragmentation after them bring the database back to its preloaded
+/// size (the full snapshot, copy and restore after them measure that size).
+pub const LOAD_KEYS_PER_CLIENT: u64 = 1024;
 /// Writes per delta of the restore's 100.
 pub const WRITES_PER_DELTA: usize = 50;
 /// The delta period of the load phase with deltas.
@@ -218,7 +222,8 @@ async fn preload(url: &str, count: usize, clients: usize) -> anyhow::Result<u64>
     Ok(last.load(Ordering::Relaxed))
 }
 
-/// `clients` clients writing 1 KiB values for `seconds`; writes per second.
+/// `clients` clients writing 1 KiB values for `seconds` (over [`LOAD_KEYS_PER_CLIENT`] keys
+/// each); writes per second.
 async fn load(url: &str, clients: usize, seconds: f64, round: &str) -> anyhow::Result<f64> {
     let written = Arc::new(AtomicU64::new(0));
     let until = Instant::now() + Duration::from_secs_f64(seconds);
@@ -230,9 +235,11 @@ async fn load(url: &str, clients: usize, seconds: f64, round: &str) -> anyhow::R
         tasks.push(tokio::spawn(async move {
             let mut n = 0u64;
             while Instant::now() < until {
+                let key = format!("/registry/load/{c}/{}", n % LOAD_KEYS_PER_CLIENT);
                 client
-                    .put(format!("/registry/load/{round}/{c}/{n}").as_bytes(), &value)
-                    .await?;
+                    .put(key.as_bytes(), &value)
+                    .await
+                    .with_context(|| format!("load phase {round}, client {c}"))?;
                 n += 1;
             }
             written.fetch_add(n, Ordering::Relaxed);
@@ -616,13 +623,17 @@ pub async fn run(
     );
     std::fs::remove_dir_all(&file_dir).ok();
 
-    // Defragmentation of the whole database: etcd answers no write meanwhile.
+    // The load phases' history compacted away, then the whole database defragmented (etcd
+    // answers no write meanwhile), as a host's schedule does.
+    let before_bytes = client.status().await?.db_size_bytes;
+    client.compact(client.revision().await?).await?;
     let started = Instant::now();
     client.defragment(3_600_000).await?;
     let defrag_s = started.elapsed().as_secs_f64();
     let db_after_defrag_bytes = client.status().await?.db_size_bytes;
     println!(
-        "  defragmentation: {defrag_s:.1} s (database {:.0} MiB after it)",
+        "  defragmentation: {defrag_s:.1} s (database {:.0} MiB -> {:.0} MiB)",
+        before_bytes as f64 / MIB as f64,
         db_after_defrag_bytes as f64 / MIB as f64
     );
 

@@ -1062,9 +1062,9 @@ async fn behind_gate(
         }
     };
     let mut backups = Backups::new(runtime.clone(), target.clone(), client.clone(), own);
-    // Before the gate opens: no write is acknowledged before the watch of the continued chain
-    // runs (it would be delivered all the same, from etcd's history).
-    // Without deltas there is no chain to continue.
+    // Before the gate opens, so that no write is acknowledged before the watch of the
+    // continued chain runs (it would be delivered all the same, from etcd's history). Without
+    // deltas there is no chain to continue.
     let resume = resume.filter(|_| runtime.settings.delta_snapshot_period_ms > 0);
     let resumed = match &resume {
         Some(chain) => match backups.resume(chain).await {

@@ -74,6 +74,26 @@ pub(super) struct Resume {
     pub revision: u64,
 }
 
+/// Why a restored etcd does not continue the stored chain ([`Backups::resume`]): the host then
+/// starts a chain of its own with a full snapshot.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ResumeError {
+    /// Delta snapshots are off.
+    #[error("delta snapshots are off")]
+    DeltasOff,
+    /// etcd holds less than the chain: its deltas would not follow it.
+    #[error("etcd is at revision {at}, the stored chain at {chain}")]
+    EtcdBehind {
+        /// etcd's revision.
+        at: u64,
+        /// The chain's.
+        chain: u64,
+    },
+    /// etcd's revision could not be read, or the watch not started.
+    #[error(transparent)]
+    Etcd(#[from] EtcdError),
+}
+
 /// The backup state of one serving instance. See the [module docs](self).
 pub(super) struct Backups {
     up: Uploader,
@@ -138,40 +158,22 @@ impl Backups {
 
     /// Continues the chain of stored snapshots `resume` describes (see the
     /// [module docs](self)): the watch starts at the revision after it, and the next delta
-    /// follows on. Call it before any client can write. `Err(why)` when it cannot (deltas
-    /// are off, etcd is not where the chain ends, the watch cannot start): nothing changed,
-    /// and the caller takes a full snapshot at once, as without a chain.
-    pub(super) async fn resume(&mut self, resume: &Resume) -> Result<(), String> {
+    /// follows on. Call it before any client can write. On an error nothing changed, and the
+    /// caller takes a full snapshot at once, as without a chain.
+    pub(super) async fn resume(&mut self, resume: &Resume) -> Result<(), ResumeError> {
         debug_assert!(self.full.is_none() && self.watch.is_none() && self.covered == 0);
         debug_assert!(resume.full_revision <= resume.revision);
         if !self.deltas_enabled() {
-            return Err("delta snapshots are off".into());
+            return Err(ResumeError::DeltasOff);
         }
-        let at = self
-            .up
-            .client
-            .revision()
-            .await
-            .map_err(|e| format!("cannot read etcd's revision: {e}"))?;
+        let at = self.up.client.revision().await?;
         if at < resume.revision {
-            // etcd holds less than the stored chain: deltas of this etcd would not follow it.
-            return Err(format!(
-                "etcd is at revision {at}, the stored chain at {}",
-                resume.revision
-            ));
+            return Err(ResumeError::EtcdBehind {
+                at,
+                chain: resume.revision,
+            });
         }
-        let watch = self
-            .up
-            .client
-            .watch_all(resume.revision + 1)
-            .await
-            .map_err(|e| {
-                format!(
-                    "cannot watch etcd from revision {}: {e}",
-                    resume.revision + 1
-                )
-            })?;
-        self.watch = Some(watch);
+        self.watch = Some(self.up.client.watch_all(resume.revision + 1).await?);
         self.covered = resume.revision;
         self.delivered = resume.revision;
         self.full = Some(resume.full.clone());
