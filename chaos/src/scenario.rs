@@ -149,6 +149,8 @@ pub struct RunOptions {
     /// Zone-tolerant control planes (one etcd member per zone): no acknowledged write may be
     /// lost in any scenario.
     pub zone_tolerant: bool,
+    /// The ring's timings (`--timings`).
+    pub timing: garden_ring::config::Timing,
 }
 
 /// Records events on the run's clock.
@@ -215,6 +217,7 @@ pub async fn run_once(
         &options.zones,
         options.control_planes,
         options.zone_tolerant,
+        options.timing.clone(),
         &options.binaries,
     )
     .await?;
@@ -250,10 +253,15 @@ pub async fn run_once(
     }
     timeline.events.sort_by_key(|e| e.at_ms);
     Ok(Run {
-        scenario: if options.zone_tolerant {
-            format!("{} (tolerance zone)", scenario.name)
-        } else {
-            scenario.name.to_string()
+        scenario: {
+            let mut name = scenario.name.to_string();
+            if options.zone_tolerant {
+                name.push_str(" (tolerance zone)");
+            }
+            if options.timing != garden_ring::config::Timing::loopback() {
+                name.push_str(" (production)");
+            }
+            name
         },
         run: number,
         started_unix_ms,

@@ -313,6 +313,7 @@ pub async fn build(
     zones: &[String],
     control_planes: usize,
     zone_tolerant: bool,
+    timing: Timing,
     binaries: &Binaries,
 ) -> anyhow::Result<World> {
     let (region, key_file) = start_region(dir)?;
@@ -375,7 +376,7 @@ pub async fn build(
             advertise_peer: None,
             advertise_admin: Some(m.admin_address.clone()),
             initial_members: founders.clone(),
-            timing: Timing::loopback(),
+            timing: timing.clone(),
             snapshot: SnapshotSettings::default(),
             log: LogSettings::default(),
             backup: backup.clone(),

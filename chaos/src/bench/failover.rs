@@ -1,7 +1,8 @@
 //! Failover time: SIGKILL of a control plane's host in a 3-member ring on loopback, measured
 //! from the kill to each step the ring takes, against the configured timings.
 //!
-//! Each trial starts a fresh ring (loopback timings, mutual TLS, the `none` driver so the
+//! Each trial starts a fresh ring (loopback timings, or production ones with `--timings
+//! production`; mutual TLS, the `none` driver so the
 //! coordinator is measured, not a workload; every member serves the zone with the builtin
 //! DNS), registers one control plane on the victim, waits until it runs there and every
 //! member's DNS answers the victim's address, lets a lease renewal pass, and kills the victim.
@@ -46,6 +47,8 @@ pub struct FailoverOptions {
     pub dir: PathBuf,
     /// Certificates (see [`local::certificates`]).
     pub certs: PathBuf,
+    /// The rings' timings.
+    pub timing: Timing,
 }
 
 /// One trial.
@@ -77,7 +80,7 @@ pub struct Trial {
 /// What the failover part measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct FailoverReport {
-    /// The timings of the ring (loopback).
+    /// The timings of the ring (`--timings`).
     pub timing: Timing,
     /// The floor a safe design cannot beat: `member_lost_ms`.
     pub floor_ms: u64,
@@ -119,7 +122,7 @@ const POLL: Duration = Duration::from_millis(10);
 
 /// Runs the failover part.
 pub async fn run(opts: &FailoverOptions) -> anyhow::Result<FailoverReport> {
-    let timing = Timing::loopback();
+    let timing = opts.timing.clone();
     let mut trials = Vec::new();
     for number in 1..=opts.trials {
         let dir = opts.dir.join(format!("trial-{number}"));

@@ -110,6 +110,10 @@ pub struct BenchArgs {
     /// MiB the etcd of `backup` holds [default: 1024; --quick: 64].
     #[arg(long)]
     backup_mib: Option<usize>,
+    /// The timings of `failover`'s rings: `loopback` (lease 1 s, member lost after 2 s) or
+    /// `production` (the defaults: lease 4 s, fence 2 s, member lost after 8 s).
+    #[arg(long, default_value = "loopback", value_parser = ["loopback", "production"])]
+    timings: String,
     /// Record the leader ringd with `perf record --call-graph dwarf` during each commit
     /// concurrency, into OUT/perf-ring-leader-<clients>.data (MBs each; `perf report -i`).
     #[arg(long)]
@@ -141,6 +145,8 @@ pub struct Settings {
     pub scale_kill_leader: bool,
     /// MiB the etcd of `backup` holds.
     pub backup_mib: usize,
+    /// `loopback` or `production`: the timings of `failover`.
+    pub timings: String,
 }
 
 impl Settings {
@@ -208,6 +214,7 @@ impl Settings {
             scale_control_planes,
             scale_on_victim,
             scale_kill_leader: args.scale_kill_leader,
+            timings: args.timings.clone(),
         })
     }
 }
@@ -941,6 +948,10 @@ async fn run_part(
                 bin_dir: cx.bin_dir()?,
                 dir: cx.dir.to_path_buf(),
                 certs: local::certificates(cx.certs)?,
+                timing: match cx.settings.timings.as_str() {
+                    "production" => garden_ring::config::Timing::default(),
+                    _ => garden_ring::config::Timing::loopback(),
+                },
             })
             .await?;
             if let Some(failure) = report

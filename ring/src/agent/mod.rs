@@ -76,8 +76,8 @@ pub struct Agent {
     granted: Option<(u64, Grant)>,
     /// What the last renewal reported healthy.
     reported_healthy: BTreeMap<String, u64>,
-    /// Renew again at once: something stopped in the last round (the leader learns of the
-    /// release now, not a renewal interval later).
+    /// Renew again at once: something stopped or started in the last round (the leader learns
+    /// of the release, or that the new workload runs, now, not a renewal interval later).
     again: bool,
     /// A grant could not be acted on because this member's state had not applied it yet:
     /// renew again as soon as it applies more.
@@ -299,8 +299,11 @@ impl Agent {
                     self.deferred = true;
                     return;
                 };
-                if let Err(e) = self.workloads.start(target, deadline_ms).await {
-                    tracing::error!("cannot start: {e}");
+                match self.workloads.start(target, deadline_ms).await {
+                    // Renew again at once: the leader learns that it runs (and, without a
+                    // health check to wait for, serves) now, not a renewal interval later.
+                    Ok(()) => self.again = true,
+                    Err(e) => tracing::error!("cannot start: {e}"),
                 }
             }
         }
