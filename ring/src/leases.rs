@@ -16,7 +16,8 @@
 //! [`RingState::grants`]: crate::core::RingState::grants
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use openraft::ServerState;
@@ -47,6 +48,8 @@ pub struct LeaseDesk {
     /// a control plane, or a new host serves one (the duties decide then, not at their next
     /// tick).
     news: tokio::sync::Notify,
+    /// Renewals answered with a grant (for `/metrics`: the leader's load at rest).
+    renewals: Arc<AtomicU64>,
 }
 
 impl LeaseDesk {
@@ -63,7 +66,13 @@ impl LeaseDesk {
                 last_renewal: BTreeMap::new(),
             }),
             news: tokio::sync::Notify::new(),
+            renewals: Arc::default(),
         }
+    }
+
+    /// The count of renewals this desk answered with a grant.
+    pub fn renewals(&self) -> Arc<AtomicU64> {
+        self.renewals.clone()
     }
 
     /// Resolves when a renewal brought a release or a new host's health (see `news`); one
@@ -231,6 +240,7 @@ impl LeaseDesk {
         if news {
             self.news.notify_one();
         }
+        self.renewals.fetch_add(1, Ordering::Relaxed);
         Ok(RenewReply {
             granted,
             lease_ms: self.policy.lease_ms,

@@ -204,6 +204,8 @@ pub struct Sources {
     pub own: Arc<OwnLease>,
     /// The counters.
     pub counters: Arc<Counters>,
+    /// Lease renewals this member answered while it led ([`crate::leases::LeaseDesk`]).
+    pub renewals: Arc<AtomicU64>,
     /// The DNS keeper's propagation times (observed while this member leads).
     pub dns_propagation: Arc<Histogram>,
     /// When the etcd driver last took a snapshot of each control plane hosted here.
@@ -375,6 +377,11 @@ impl Sources {
             &mut out,
             "garden_ring_migration_duration_seconds",
             "From a move's commit to the new host serving (moves of a control plane that had a host).",
+        );
+        let _ = writeln!(
+            out,
+            "# HELP garden_ring_lease_renewals_answered_total Lease renewals this member answered with a grant while it led (the leader's load from the agents: at rest each member renews every lease_ms / 4).\n# TYPE garden_ring_lease_renewals_answered_total counter\ngarden_ring_lease_renewals_answered_total {}",
+            self.renewals.load(Ordering::Relaxed)
         );
         let _ = writeln!(
             out,

@@ -277,6 +277,7 @@ impl Member {
             state.clone(),
             policy.clone(),
         ));
+        let renewals = desk.renewals();
         let membership = MembershipChanger::new(raft.clone());
         let workloads = Workloads::from_config(&config)?;
         let snapshot_times = workloads.snapshot_times();
@@ -367,6 +368,7 @@ impl Member {
                     state: state.clone(),
                     own: agent.own_lease(),
                     counters,
+                    renewals,
                     dns_propagation: keeper.propagation(),
                     snapshots: snapshot_times,
                     backups: backup_statuses,

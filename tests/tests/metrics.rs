@@ -368,3 +368,32 @@ async fn the_host_reports_its_snapshots_age_and_stops_when_the_control_plane_lea
     )
     .await;
 }
+
+/// Issue 22 (the lease path reacts to events): renewing at once after a start or a stop adds
+/// no load at rest. Over 3 s of a ring at rest with a control plane running, the members'
+/// renewals the leader answers stay at what the renewal interval gives (3 members, one every
+/// `lease_ms / 4`): at most 1.5 times that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_answers_no_more_renewals_at_rest_than_the_interval_gives() {
+    let (ring, metrics) = ring_with_metrics();
+    add_running(&ring, &[("r1", None, Some("b"))]).await;
+    let renewals = || -> f64 {
+        metrics
+            .iter()
+            .filter_map(|m| http_get(*m, "/metrics"))
+            .filter_map(|(_, body)| sample(&body, "garden_ring_lease_renewals_answered_total"))
+            .sum()
+    };
+    // Settle: the start's extra renewals are over.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (before, started) = (renewals(), Instant::now());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let per_s = (renewals() - before) / started.elapsed().as_secs_f64();
+    let timing = garden_ring::config::Timing::loopback();
+    let interval_per_s = 3.0 * 1000.0 / timing.renew_interval_ms() as f64;
+    println!("renewals at rest: {per_s:.1}/s (the interval gives {interval_per_s:.1}/s)");
+    assert!(
+        per_s >= 0.5 * interval_per_s && per_s <= 1.5 * interval_per_s,
+        "{per_s:.1} renewals/s at rest; the interval gives {interval_per_s:.1}/s"
+    );
+}
