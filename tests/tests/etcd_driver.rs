@@ -383,6 +383,37 @@ async fn a_switchover_loses_no_acknowledged_write() {
     );
 }
 
+/// Adds the etcd control plane `name` on a, with a `file://` location per member, and waits
+/// until it runs there; returns the locations and the control plane.
+async fn add_on_a(ring: &Ring, name: &str) -> (BTreeMap<String, String>, pb::ControlPlane) {
+    let backups = file_backups(ring.dir.path(), name);
+    let req = etcd_control_plane(name, "a", &backups["a"], backups.clone());
+    add_control_plane(&ring.client(), req).await.unwrap();
+    (backups, running_on(ring, name, "a").await)
+}
+
+/// Waits (10 s at most) until the snapshots in `location` reach `revision` by their names;
+/// returns that listing.
+async fn backups_reaching(
+    location: &BackupLocation,
+    revision: u64,
+) -> garden_ring::backup::layout::Listing {
+    eventually(
+        Duration::from_secs(10),
+        &format!("the backups in {location} reach revision {revision}"),
+        || async {
+            let listing = list_snapshots(location).await.ok()?;
+            let reach = listing
+                .snapshots
+                .iter()
+                .map(|s| s.path.name().last_revision())
+                .max()?;
+            (reach >= revision).then_some(listing)
+        },
+    )
+    .await
+}
+
 /// The keys under `/registry/` of what the real `etcdbrctl restore` makes of the `file://`
 /// location `url`, and how long it took; `None` without etcdbrctl or etcd 3.5 (outside CI).
 async fn etcdbrctl_keys(ring: &Ring, url: &str) -> Option<(BTreeSet<String>, Duration)> {
@@ -908,10 +939,7 @@ async fn garbage_collection_bounds_the_bucket_and_a_failover_still_restores_ever
         p.spawn();
     }
     wait_all_healthy(&ring).await;
-    let backups = file_backups(ring.dir.path(), "gc1");
-    let req = etcd_control_plane("gc1", "a", &backups["a"], backups.clone());
-    add_control_plane(&ring.client(), req).await.unwrap();
-    let cp = running_on(&ring, "gc1", "a").await;
+    let (backups, cp) = add_on_a(&ring, "gc1").await;
     let etcd = etcd_at(&cp, "a").await;
 
     // etcd runs with the configured quota (its own /metrics, through the endpoint's relay;
@@ -1047,10 +1075,7 @@ async fn a_new_host_continues_the_restored_chain_so_its_loss_right_after_loses_n
     // Full snapshots an hour apart, deltas every 100 ms.
     let mut ring = etcd_ring_with_deltas(100, backup.clone());
     wait_all_healthy(&ring).await;
-    let backups = file_backups(ring.dir.path(), "cp9");
-    let req = etcd_control_plane("cp9", "a", &backups["a"], backups.clone());
-    add_control_plane(&ring.client(), req).await.unwrap();
-    let cp = running_on(&ring, "cp9", "a").await;
+    let (backups, cp) = add_on_a(&ring, "cp9").await;
     let etcd = etcd_at(&cp, "a").await;
     let mut written = BTreeSet::new();
     for i in 0..20 {
@@ -1070,20 +1095,7 @@ async fn a_new_host_continues_the_restored_chain_so_its_loss_right_after_loses_n
 
     // b's deltas reach the last write within a few periods.
     let at_b = BackupLocation::parse(&backups["b"], &backup).unwrap();
-    let listing = eventually(
-        Duration::from_secs(10),
-        &format!("b's backups reach revision {last_revision}"),
-        || async {
-            let listing = list_snapshots(&at_b).await.ok()?;
-            let reach = listing
-                .snapshots
-                .iter()
-                .map(|s| s.path.name().last_revision())
-                .max()?;
-            (reach >= last_revision).then_some(listing)
-        },
-    )
-    .await;
+    let listing = backups_reaching(&at_b, last_revision).await;
     let names: Vec<String> = listing
         .snapshots
         .iter()
@@ -1165,10 +1177,7 @@ async fn deltas_go_on_while_a_full_snapshot_runs() {
     driver.etcd.compaction_bytes = 16 * 1024 * 1024;
     let mut ring = etcd_ring_with(driver, backup.clone());
     wait_all_healthy(&ring).await;
-    let backups = file_backups(ring.dir.path(), "cp10");
-    let req = etcd_control_plane("cp10", "a", &backups["a"], backups.clone());
-    add_control_plane(&ring.client(), req).await.unwrap();
-    let cp = running_on(&ring, "cp10", "a").await;
+    let (backups, cp) = add_on_a(&ring, "cp10").await;
     let etcd = etcd_at(&cp, "a").await;
 
     // 384 values of 64 KiB that gzip cannot shrink (xorshift), written while a small writer
@@ -1222,20 +1231,7 @@ async fn deltas_go_on_while_a_full_snapshot_runs() {
     written.extend(acked.iter().cloned());
     // The last write in a delta before the host is lost.
     let last_revision = etcd.revision().await.unwrap();
-    eventually(
-        Duration::from_secs(10),
-        &format!("a's backups reach revision {last_revision}"),
-        || async {
-            let listing = list_snapshots(&location).await.ok()?;
-            let reach = listing
-                .snapshots
-                .iter()
-                .map(|s| s.path.name().last_revision())
-                .max()?;
-            (reach >= last_revision).then_some(())
-        },
-    )
-    .await;
+    backups_reaching(&location, last_revision).await;
 
     kill_zone(&mut ring, 0);
     let moved = running_elsewhere(&ring, &[1, 2], "cp10", "a", Duration::from_secs(60)).await;

@@ -585,6 +585,18 @@ fn copy_rows(r: &copy::CopyReport) -> Vec<Row> {
 /// The rows of the backup report.
 fn backup_rows(r: &backup::BackupReport) -> Vec<Row> {
     let size = format!("{} MiB", r.size_mib);
+    // A variant of the deltas' load against the same load without snapshots, for context.
+    let without_snapshots = |what: &str, writes_per_s: &[f64]| {
+        Row::new(
+            Part::Backup,
+            what.to_string(),
+            "writes/s",
+            Some(copy::median(writes_per_s)),
+            "no snapshots",
+            Some(copy::median(&r.plain_writes_per_s)),
+            Goal::Info,
+        )
+    };
     let mut rows = vec![
         Row::new(
             Part::Backup,
@@ -599,23 +611,13 @@ fn backup_rows(r: &backup::BackupReport) -> Vec<Row> {
             Some(copy::median(&r.plain_writes_per_s)),
             Goal::AtLeast { ratio: 0.95 },
         ),
-        Row::new(
-            Part::Backup,
-            "  same, the deltas into a local file:// location (moto's CPU share apart)".to_string(),
-            "writes/s",
-            Some(copy::median(&r.with_file_deltas_writes_per_s)),
-            "no snapshots",
-            Some(copy::median(&r.plain_writes_per_s)),
-            Goal::Info,
+        without_snapshots(
+            "  same, the deltas into a local file:// location (moto's CPU share apart)",
+            &r.with_file_deltas_writes_per_s,
         ),
-        Row::new(
-            Part::Backup,
-            "  same, a watch of every key alone (etcd's share)".to_string(),
-            "writes/s",
-            Some(copy::median(&r.with_watch_writes_per_s)),
-            "no snapshots",
-            Some(copy::median(&r.plain_writes_per_s)),
-            Goal::Info,
+        without_snapshots(
+            "  same, a watch of every key alone (etcd's share)",
+            &r.with_watch_writes_per_s,
         ),
         Row::new(
             Part::Backup,

@@ -247,7 +247,7 @@ impl Backups {
     }
 
     /// Takes a full snapshot (final when `final_`) and, after it, (re)starts the watch; no
-    /// delta is cut meanwhile. The final snapshot, and tests, use it; the serving loop runs
+    /// delta is cut meanwhile. The final snapshot uses it; the serving loop runs
     /// [`Backups::full_job`] beside the delta cuts.
     pub(super) async fn full(
         &mut self,
