@@ -76,6 +76,19 @@ struct RunArgs {
     /// after 8 s). Runs are reported as `<scenario> (production)` with the latter.
     #[arg(long, default_value = "loopback", value_parser = ["loopback", "production"])]
     timings: String,
+    /// lossy-link: the loss rates the victim zone's links go through in turn, percent of the
+    /// packets dropped each way (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "10,30,50",
+          value_parser = clap::value_parser!(u8).range(1..=100))]
+    loss_percent: Vec<u8>,
+    /// lossy-link: how long each loss rate lasts, s.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    loss_secs: u64,
+    /// lossy-link: the longest a client may wait for an acknowledgement in any phase, ms
+    /// (default: one lease). At loopback timings a lease is shorter than the restart of an
+    /// etcd its host fenced during a cut, so CI allows more there (chaos/README.md).
+    #[arg(long)]
+    max_wait_ms: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -149,6 +162,9 @@ fn run(args: RunArgs) -> anyhow::Result<bool> {
         tolerance,
         zones,
         timings,
+        loss_percent,
+        loss_secs,
+        max_wait_ms,
     } = args;
     let timing = match timings.as_str() {
         "production" => garden_ring::config::Timing::default(),
@@ -223,6 +239,9 @@ fn run(args: RunArgs) -> anyhow::Result<bool> {
                 rto_budget_ms,
                 zone_tolerant: tolerance == "zone",
                 timing: timing.clone(),
+                loss_percents: loss_percent.clone(),
+                loss_ms: loss_secs * 1_000,
+                max_wait_ms: max_wait_ms.unwrap_or(timing.lease_ms),
             };
             let _ = std::fs::remove_dir_all(&options.dir);
             let scenario = *scenario;

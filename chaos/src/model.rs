@@ -68,6 +68,29 @@ pub struct Measures {
     /// whole again without the lost member (replaced on a spare), ms.
     #[serde(default)]
     pub etcd_repair_ms: Option<u64>,
+    /// The lossy-link scenario's phases, and what the ring did in each.
+    #[serde(default)]
+    pub loss_phases: Vec<LossPhase>,
+}
+
+/// One phase of the lossy-link scenario: what the victim zone's links did for a while, and
+/// what the ring did meanwhile.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LossPhase {
+    /// What the links did: `30% loss` or `cut for 750 ms`.
+    pub what: String,
+    /// When it began and ended, ms since the run started.
+    pub start_ms: u64,
+    /// See `start_ms`.
+    pub end_ms: u64,
+    /// Leader changes seen.
+    pub leader_changes: u64,
+    /// Members judged other than healthy, as `name health`, each once.
+    pub judged: Vec<String>,
+    /// Control planes that moved to another epoch.
+    pub moved: Vec<String>,
+    /// The longest time a client went without an acknowledged write within the phase, ms.
+    pub longest_gap_ms: u64,
 }
 
 /// One run of one scenario.

@@ -32,6 +32,15 @@ pub enum Link {
 }
 
 impl Link {
+    /// The interface's name inside a zone's namespace.
+    fn inner_name(self) -> &'static str {
+        match self {
+            Self::Mesh => "mesh",
+            Self::Region => "reg",
+            Self::Clients => "cli",
+        }
+    }
+
     fn fabric_prefix(self) -> &'static str {
         match self {
             Self::Mesh => "m",
@@ -70,6 +79,38 @@ fn ip(args: &[&str]) -> Result<(), NetError> {
             args: args.join(" "),
             why: String::from_utf8_lossy(&out.stderr).trim().to_string(),
         })
+    }
+}
+
+/// Loads `rules` into nftables in namespace `ns`.
+fn nft(ns: &str, rules: &str) -> Result<(), NetError> {
+    use std::io::Write as _;
+    let failed = |why: String| NetError {
+        args: format!("netns exec {ns} nft -f -"),
+        why,
+    };
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| failed(format!("cannot run ip: {e}")))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(rules.as_bytes())
+            .map_err(|e| failed(format!("cannot write the rules: {e}")))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| failed(e.to_string()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(failed(format!(
+            "{} (is nftables installed? Debian package nftables)",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
     }
 }
 
@@ -213,6 +254,35 @@ impl Topology {
             &name,
             if up { "up" } else { "down" },
         ])
+    }
+
+    /// Makes `links` of `zone` drop `percent` of the packets each way, at random (nftables
+    /// `numgen random`, in the zone's namespace); 0 removes the loss. Replaces any loss set
+    /// before.
+    pub fn set_loss(&self, zone: &str, links: &[Link], percent: u8) -> Result<(), NetError> {
+        assert!(percent <= 100, "a loss of {percent}%");
+        // Creating the table first makes the delete valid when there is none.
+        let mut rules = String::from("table inet grchaos {}\ndelete table inet grchaos\n");
+        if percent > 0 {
+            rules.push_str("table inet grchaos {\n");
+            for (chain, hook, dir) in [
+                ("input", "input", "iifname"),
+                ("output", "output", "oifname"),
+            ] {
+                rules.push_str(&format!(
+                    "  chain {chain} {{\n    type filter hook {hook} priority 0; policy accept;\n"
+                ));
+                for link in links {
+                    rules.push_str(&format!(
+                        "    {dir} \"{}\" numgen random mod 100 < {percent} drop\n",
+                        link.inner_name()
+                    ));
+                }
+                rules.push_str("  }\n");
+            }
+            rules.push_str("}\n");
+        }
+        nft(&namespace(zone), &rules)
     }
 
     /// Sends `signal` to every process in `zone`'s namespace (ringd, guards, etcds).

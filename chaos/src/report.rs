@@ -213,6 +213,33 @@ fn markdown_report(summary: &[ScenarioSummary], runs: &[Run]) -> String {
             opt(m.data_loss_window_ms),
         );
     }
+    let lossy: Vec<&Run> = runs
+        .iter()
+        .filter(|r| !r.measures.loss_phases.is_empty())
+        .collect();
+    if !lossy.is_empty() {
+        out.push_str(
+            "\n## Lossy links\n\n\
+             | scenario | run | phase | s | leader changes | judged | moved | longest wait ms |\n\
+             |---|---:|---|---:|---:|---|---|---:|\n",
+        );
+        for run in lossy {
+            for p in &run.measures.loss_phases {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {:.1} | {} | {} | {} | {} |",
+                    md_cell(&run.scenario),
+                    run.run,
+                    md_cell(&p.what),
+                    p.end_ms.saturating_sub(p.start_ms) as f64 / 1000.0,
+                    p.leader_changes,
+                    md_cell(&p.judged.join(", ")),
+                    md_cell(&p.moved.join(", ")),
+                    p.longest_gap_ms,
+                );
+            }
+        }
+    }
     out
 }
 
@@ -511,7 +538,7 @@ fn file_name_part(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ClientStats, Measures};
+    use crate::model::{ClientStats, LossPhase, Measures};
 
     fn event(at_ms: u64, kind: &str, subject: &str, detail: &str) -> Event {
         Event {
@@ -567,6 +594,14 @@ mod tests {
                     data_loss_window_ms: Some(1_200),
                     split_brain_writes: 0,
                     etcd_repair_ms: None,
+                    loss_phases: vec![LossPhase {
+                        what: "30% loss".into(),
+                        start_ms: 1_000,
+                        end_ms: 61_000,
+                        judged: vec!["c suspect".into()],
+                        longest_gap_ms: 420,
+                        ..LossPhase::default()
+                    }],
                 },
                 &[],
             ),
@@ -591,6 +626,7 @@ mod tests {
                     data_loss_window_ms: Some(2_500),
                     split_brain_writes: 1,
                     etcd_repair_ms: None,
+                    loss_phases: Vec::new(),
                 },
                 &["split brain: 1 write acknowledged by the old host"],
             ),
@@ -676,6 +712,7 @@ mod tests {
         assert!(md.contains("### zone-loss run 2"));
         assert!(md.contains("- split brain: 1 write acknowledged by the old host"));
         assert!(md.contains("| zone-loss | 2 | no | 14000 | 3 | 2 | 1 | 2500 |"));
+        assert!(md.contains("| zone-loss | 1 | 30% loss | 60.0 | 0 | c suspect |  | 420 |"));
 
         assert_eq!(reports.svgs.len(), 3);
         assert_eq!(

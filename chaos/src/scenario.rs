@@ -10,7 +10,7 @@ use garden_ring::pb;
 use tokio::sync::watch;
 
 use crate::client::{Ack, Writer, connect, key};
-use crate::model::{ClientStats, Event, Measures, Run};
+use crate::model::{ClientStats, Event, LossPhase, Measures, Run};
 use crate::netns::{Link, Topology};
 use crate::world::{self, Binaries, World, endpoint};
 
@@ -39,6 +39,10 @@ pub enum Fault {
     DoubleZoneLoss,
     /// Every ringd restarted, one after the other.
     RollingRestart,
+    /// A zone's links to the other zones and to the region dropping packets at random (each
+    /// rate of `RunOptions::loss_percents` for `loss_ms`), then cut three times for less than
+    /// `member_lost_ms - lease_ms`: nothing may move.
+    LossyLink,
 }
 
 /// A scenario.
@@ -112,6 +116,12 @@ pub const SCENARIOS: &[Scenario] = &[
         zero_loss: false,
     },
     Scenario {
+        name: "lossy-link",
+        description: "a zone's links to the other zones and the region drop 10%, 30%, 50% of packets for 60 s each (--loss-percent, --loss-secs), then are cut three times for 3/4 of member_lost_ms - lease_ms: nothing moves, no write waits longer than a lease, nothing lost",
+        fault: Fault::LossyLink,
+        zero_loss: true,
+    },
+    Scenario {
         name: "rolling-restart",
         description: "every ringd restarted in turn: no failover at all, nothing lost",
         fault: Fault::RollingRestart,
@@ -151,6 +161,12 @@ pub struct RunOptions {
     pub zone_tolerant: bool,
     /// The ring's timings (`--timings`).
     pub timing: garden_ring::config::Timing,
+    /// lossy-link: the loss rates, in turn, percent.
+    pub loss_percents: Vec<u8>,
+    /// lossy-link: how long each rate lasts, ms.
+    pub loss_ms: u64,
+    /// lossy-link: the longest a client may wait for an acknowledgement, ms.
+    pub max_wait_ms: u64,
 }
 
 /// Records events on the run's clock.
@@ -339,7 +355,7 @@ async fn drive(
     let gone_index: Vec<usize> = gone.iter().filter_map(|m| world.member_index(m)).collect();
     // The control planes that must move (none when nothing may move, or anything may).
     let moved: Vec<String> = match scenario.fault {
-        Fault::FlappingLink | Fault::RollingRestart => Vec::new(),
+        Fault::FlappingLink | Fault::RollingRestart | Fault::LossyLink => Vec::new(),
         _ => hosts
             .iter()
             .filter(|(_, h)| gone.contains(h))
@@ -398,6 +414,7 @@ async fn drive(
         Ok(killed)
     };
     let mut outage: Option<(Instant, usize, &str)> = None;
+    let mut loss_phases = Vec::new();
     let fault_ms = match scenario.fault {
         Fault::ZoneKill | Fault::LeaderZoneKill | Fault::ZoneReturn => {
             let killed = kill(&victim_zone, victim_index, world)?;
@@ -468,6 +485,47 @@ async fn drive(
                 tokio::time::sleep(Duration::from_millis(700)).await;
             }
             timeline.add("heal", &victim_zone, "the link stays up");
+            at
+        }
+        Fault::LossyLink => {
+            let lossy = [Link::Mesh, Link::Region];
+            let epochs: BTreeMap<String, u64> = before
+                .control_planes
+                .iter()
+                .map(|c| (c.name.clone(), c.epoch))
+                .collect();
+            let at = timeline.add(
+                "fault",
+                &victim_zone,
+                format!("{victim_zone}'s links to the other zones and the region turn lossy"),
+            );
+            for percent in &options.loss_percents {
+                topology.set_loss(&victim_zone, &lossy, *percent)?;
+                let what = format!("{percent}% loss");
+                timeline.add("fault", &victim_zone, what.clone());
+                let phase =
+                    watch_phase(world, timeline, &mut seen, &epochs, what, options.loss_ms).await;
+                loss_phases.push(phase);
+            }
+            topology.set_loss(&victim_zone, &lossy, 0)?;
+            timeline.add("heal", &victim_zone, "no loss");
+            // Partitions shorter than member_lost_ms - lease_ms, each followed by two leases
+            // of calm (the host renews, the clients catch up).
+            let t = &options.timing;
+            let cut_ms = t.member_lost_ms.saturating_sub(t.lease_ms) * 3 / 4;
+            for _ in 0..3 {
+                topology.set_link(&victim_zone, Link::Mesh, false)?;
+                let what = format!("cut for {cut_ms} ms");
+                timeline.add("fault", &victim_zone, what.clone());
+                let phase = watch_phase(world, timeline, &mut seen, &epochs, what, cut_ms).await;
+                topology.set_link(&victim_zone, Link::Mesh, true)?;
+                timeline.add("heal", &victim_zone, "link back");
+                let what = "after the cut".to_string();
+                let calm =
+                    watch_phase(world, timeline, &mut seen, &epochs, what, 2 * t.lease_ms).await;
+                loss_phases.push(phase);
+                loss_phases.push(calm);
+            }
             at
         }
         Fault::RollingRestart => {
@@ -697,7 +755,10 @@ async fn drive(
     // repair's steps are on the timeline too).
     let detect_ms = ring_events(world, fault_unix_ms, fault_ms, &victim, timeline).await;
 
-    if matches!(scenario.fault, Fault::RollingRestart | Fault::FlappingLink) {
+    if matches!(
+        scenario.fault,
+        Fault::RollingRestart | Fault::FlappingLink | Fault::LossyLink
+    ) {
         let epochs: BTreeMap<&str, u64> = before
             .control_planes
             .iter()
@@ -707,12 +768,13 @@ async fn drive(
             if c.phase != "running" {
                 failures.push(format!("{} is {} at the end", c.name, c.phase));
             }
-            if scenario.fault == Fault::RollingRestart
+            if matches!(scenario.fault, Fault::RollingRestart | Fault::LossyLink)
                 && epochs.get(c.name.as_str()) != Some(&c.epoch)
             {
                 failures.push(format!(
-                    "{} failed over during a rolling restart (epoch {} -> {})",
+                    "{} failed over during {} (epoch {} -> {})",
                     c.name,
+                    scenario.name,
                     epochs.get(c.name.as_str()).copied().unwrap_or_default(),
                     c.epoch
                 ));
@@ -728,6 +790,26 @@ async fn drive(
         etcd_repair_ms,
         ..Measures::default()
     };
+    // Each lossy-link phase's longest wait for an acknowledgement, over all clients: no write
+    // may wait longer than a lease (the host never stopped serving).
+    for phase in &mut loss_phases {
+        for (_, record) in &records {
+            phase.longest_gap_ms =
+                phase
+                    .longest_gap_ms
+                    .max(gap_within(&record.acks, phase.start_ms, phase.end_ms));
+        }
+        if phase.longest_gap_ms > options.max_wait_ms {
+            failures.push(format!(
+                "{}: a client waited {} ms for an acknowledgement, more than {} ms (a lease is {} ms)",
+                phase.what, phase.longest_gap_ms, options.max_wait_ms, options.timing.lease_ms
+            ));
+        }
+        for cp in &phase.moved {
+            failures.push(format!("{}: {cp} moved", phase.what));
+        }
+    }
+    measures.loss_phases = loss_phases;
     for (cp, record) in records {
         let now = status.control_planes.iter().find(|c| c.name == cp);
         let host = now.map(|c| c.host.clone()).unwrap_or_default();
@@ -1011,6 +1093,73 @@ fn split_brain(acks: &[Ack]) -> u64 {
     count
 }
 
+/// Watches the ring for `ms` (a phase of lossy-link): leader changes, members judged other
+/// than healthy, control planes at another epoch than in `epochs`.
+async fn watch_phase(
+    world: &World,
+    timeline: &mut Timeline,
+    seen: &mut Seen,
+    epochs: &BTreeMap<String, u64>,
+    what: String,
+    ms: u64,
+) -> LossPhase {
+    let mut phase = LossPhase {
+        what,
+        start_ms: timeline.now_ms(),
+        ..LossPhase::default()
+    };
+    let until = Instant::now() + Duration::from_millis(ms);
+    let mut leader = None;
+    while Instant::now() < until {
+        if let Some(s) = world.status().await {
+            seen.update(&s, timeline);
+            if s.leader_id != 0 {
+                if leader.is_some_and(|l| l != s.leader_id) {
+                    phase.leader_changes += 1;
+                }
+                leader = Some(s.leader_id);
+            }
+            for m in s.members.iter().filter(|m| m.health != "healthy") {
+                let judged = format!("{} {}", m.name, m.health);
+                if !phase.judged.contains(&judged) {
+                    phase.judged.push(judged);
+                }
+            }
+            for c in &s.control_planes {
+                if epochs.get(&c.name).is_some_and(|e| *e != c.epoch)
+                    && !phase.moved.contains(&c.name)
+                {
+                    phase.moved.push(c.name.clone());
+                }
+            }
+        }
+        tokio::time::sleep(
+            until
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(200)),
+        )
+        .await;
+    }
+    phase.end_ms = timeline.now_ms();
+    phase
+}
+
+/// The longest wait for an acknowledgement within `[start_ms, end_ms]`, ms: between two
+/// consecutive acknowledgements, cut to the window (the window's start counts as one, and its
+/// end as the next when nothing came after the last one in it).
+fn gap_within(acks: &[Ack], start_ms: u64, end_ms: u64) -> u64 {
+    let mut last = start_ms;
+    let mut longest = 0;
+    for a in acks
+        .iter()
+        .filter(|a| a.at_ms > start_ms && a.at_ms <= end_ms)
+    {
+        longest = longest.max(a.at_ms - last);
+        last = a.at_ms;
+    }
+    longest.max(end_ms.saturating_sub(last))
+}
+
 /// The longest time between two acknowledgements, ms, and when it began (the first one's
 /// time); (0, 0) with fewer than two.
 fn longest_gap(acks: &[Ack]) -> (u64, u64) {
@@ -1073,6 +1222,27 @@ mod tests {
         a[1].at_ms = 400;
         a[2].at_ms = 800;
         assert_eq!(longest_gap(&a), (400, 0), "the first of equal gaps");
+    }
+
+    #[test]
+    fn gap_within_cuts_the_waits_to_the_window() {
+        let acks: Vec<Ack> = [100, 300, 1_300, 1_400]
+            .into_iter()
+            .enumerate()
+            .map(|(i, at_ms)| Ack {
+                seq: i as u64,
+                at_ms,
+                zone: 0,
+            })
+            .collect();
+        assert_eq!(gap_within(&acks, 0, 2_000), 1_000, "300 -> 1300");
+        assert_eq!(gap_within(&acks, 350, 1_350), 950, "window start -> 1300");
+        assert_eq!(
+            gap_within(&acks, 1_350, 2_000),
+            600,
+            "1400 -> the window's end"
+        );
+        assert_eq!(gap_within(&[], 0, 500), 500, "nothing acknowledged at all");
     }
 
     #[test]

@@ -7,9 +7,10 @@
 //!    learner the operator promoted becomes a voter once caught up, a retired id still in the
 //!    configuration is removed. This finishes operations a leader crash interrupted.
 //! 3. **Judge health**: from the last time each member acknowledged the leader (replication and
-//!    heartbeats) or renewed its lease, counted from this leader's own election for members it
-//!    has not heard from yet. A change (`healthy` -> `suspect` -> `lost`, and back) is committed
-//!    as an event.
+//!    heartbeats) or renewed its lease, counted for members it has not heard from yet from its
+//!    own election, or earlier: from the last moment an earlier leader could have granted a
+//!    lease, as a quorum's renewals tell ([`crate::raft::contact`]). A change (`healthy` ->
+//!    `suspect` -> `lost`, and back) is committed as an event.
 //! 4. **Heal**: propose what [`crate::core::controller::decide`] says: move the control planes
 //!    of lost members, place unplaced ones, release fences, record what serves.
 //!
@@ -36,8 +37,8 @@ use crate::core::health::judge;
 use crate::core::{Command, MemberSpec, Proposal, Role};
 use crate::leases::LeaseDesk;
 use crate::membership::MembershipChanger;
+use crate::raft::contact::LeaderContact;
 use crate::raft::network::PeerNetwork;
-use crate::raft::service::LeaderContact;
 use crate::raft::types::RaftMetricsOf;
 use crate::raft::{NodeId, RaftNode, StateMachineStore};
 
@@ -211,12 +212,23 @@ impl Duties {
             }
         }
 
-        // 3. Judge health.
+        // 3. Judge health. A member not heard from in this term is silent since this
+        // election, or since the last moment an earlier leader could have granted it a lease
+        // if a quorum told when that was (see `crate::raft::contact`; only with a single
+        // configuration, whose majorities meet every quorum an earlier leader used).
+        let earlier_silent_ms = if membership.get_joint_config().len() == 1 {
+            self.desk
+                .earlier_leaders_silent(metrics.current_term, &voters)
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        } else {
+            None
+        };
         for m in members.values() {
             let (last_ack_ms, since_election_ms) = if m.id == self.me {
                 (Some(0), 0)
             } else {
                 let (ack, since_election) = contact_ms(&metrics, m.id, since);
+                let since_election = since_election.max(earlier_silent_ms.unwrap_or(0));
                 let renewed = self
                     .desk
                     .since_renewal(m.id)
@@ -234,9 +246,15 @@ impl Duties {
                 let reason = match last_ack_ms {
                     _ if m.id == self.me => "the leader itself".to_string(),
                     Some(ms) => format!("last contact {ms} ms ago"),
-                    None => format!(
-                        "no contact since this leader was elected {since_election_ms} ms ago"
-                    ),
+                    None => match earlier_silent_ms {
+                        Some(ms) if ms >= since_election_ms => format!(
+                            "no contact in this term, and no earlier leader could grant a \
+                             lease for {ms} ms (a quorum's last contact with one)"
+                        ),
+                        _ => format!(
+                            "no contact since this leader was elected {since_election_ms} ms ago"
+                        ),
+                    },
                 };
                 tracing::info!(peer = %m.name, peer_id = m.id, "health {} -> {health}: {reason}", m.health);
                 self.propose(Command::SetHealth { id: m.id, health }, reason)

@@ -15,7 +15,7 @@
 //!
 //! [`RingState::grants`]: crate::core::RingState::grants
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,6 +27,7 @@ use tonic::Status;
 use crate::core::Phase;
 use crate::core::backup_report::worth_committing;
 use crate::core::controller::{Observations, Policy};
+use crate::core::health::earlier_leaders_silent_ms;
 use crate::raft::service::RenewHandler;
 use crate::raft::types::{RenewReply, RenewRequest};
 use crate::raft::{NodeId, RaftNode, StateMachineStore};
@@ -34,6 +35,9 @@ use crate::raft::{NodeId, RaftNode, StateMachineStore};
 struct Inner {
     observations: Observations,
     last_renewal: BTreeMap<NodeId, Instant>,
+    /// Member -> (its vote's term, when it last accepted a message of a leader of an earlier
+    /// term, on this member's clock) from its latest renewal.
+    earlier_leader: BTreeMap<NodeId, (u64, Instant)>,
 }
 
 /// Answers renewals and keeps the leader's observations.
@@ -64,6 +68,7 @@ impl LeaseDesk {
             inner: Mutex::new(Inner {
                 observations: Observations::default(),
                 last_renewal: BTreeMap::new(),
+                earlier_leader: BTreeMap::new(),
             }),
             news: tokio::sync::Notify::new(),
             renewals: Arc::default(),
@@ -100,6 +105,23 @@ impl LeaseDesk {
         let mut inner = self.lock();
         inner.observations = Observations::default();
         inner.last_renewal.clear();
+        inner.earlier_leader.clear();
+    }
+
+    /// How long, at least, no leader of a term below `term` can have granted a lease, by the
+    /// renewals of a majority of `voters` ([`earlier_leaders_silent_ms`]); see
+    /// [`crate::raft::contact`].
+    pub fn earlier_leaders_silent(&self, term: u64, voters: &BTreeSet<NodeId>) -> Option<Duration> {
+        let reports: BTreeMap<NodeId, (u64, u64)> = self
+            .lock()
+            .earlier_leader
+            .iter()
+            .map(|(id, (at_term, at))| {
+                let silent_ms = u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX);
+                (*id, (*at_term, silent_ms))
+            })
+            .collect();
+        earlier_leaders_silent_ms(term, voters, &reports).map(Duration::from_millis)
     }
 
     /// The observations for the controller, brought up to date with the applied state.
@@ -128,7 +150,17 @@ impl LeaseDesk {
                 self.me
             )));
         }
-        self.lock().last_renewal.insert(from, Instant::now());
+        let arrived = Instant::now();
+        {
+            let mut inner = self.lock();
+            inner.last_renewal.insert(from, arrived);
+            // The contact was at most `ms_ago` before the sending, which was before `arrived`.
+            if let Some(earlier) = request.earlier_leader
+                && let Some(at) = arrived.checked_sub(Duration::from_millis(earlier.ms_ago))
+            {
+                inner.earlier_leader.insert(from, (earlier.term, at));
+            }
+        }
         self.raft
             .ensure_linearizable(openraft::ReadPolicy::ReadIndex)
             .await

@@ -25,9 +25,10 @@ use crate::duties;
 use crate::introspection;
 use crate::leases::LeaseDesk;
 use crate::membership::MembershipChanger;
+use crate::raft::contact::LeaderContact;
 use crate::raft::network::{PeerNetwork, PeerPool};
 use crate::raft::service::Handlers;
-use crate::raft::service::{LeaderContact, PeerService};
+use crate::raft::service::PeerService;
 use crate::raft::storage::{self, OpenError};
 use crate::raft::{LogStore, MemberNode, NodeId, RaftNode, StateMachineStore};
 use crate::tls::server::SeenCertificates;
@@ -337,7 +338,7 @@ impl Member {
                     membership,
                     state: state.clone(),
                     network: network.clone(),
-                    contact,
+                    contact: contact.clone(),
                     desk: desk.clone(),
                 },
             ),
@@ -352,6 +353,7 @@ impl Member {
             desk,
             workloads,
             config.timing.clone(),
+            contact.clone(),
         );
         tasks.spawn(introspection::report_health(
             health,

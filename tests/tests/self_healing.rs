@@ -233,6 +233,22 @@ async fn killing_the_leader_that_hosts_control_planes_still_moves_them() {
     for name in moved.keys() {
         assert_no_overlap(name, &served(ring.dir.path(), name));
     }
+    // The new leader counted the old one's silence from the survivors' last contact with it
+    // (their renewals said when), not from its own election.
+    let history = ringctl_ok(&ring, &["history", "--limit", "0"]);
+    let judged: Vec<&str> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "member.health")
+        .filter_map(|e| e["reason"].as_str())
+        .collect();
+    assert!(
+        judged
+            .iter()
+            .any(|r| r.contains("no earlier leader could grant")),
+        "the lost leader's silence was counted from the election: {judged:#?}"
+    );
 }
 
 fn ringctl_ok(ring: &Ring, args: &[&str]) -> serde_json::Value {

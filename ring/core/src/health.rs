@@ -28,9 +28,59 @@ pub fn judge(last_ack_ms: Option<u64>, since_election_ms: u64, timing: &Timing) 
     }
 }
 
+/// How long, at least, no leader of a term below `term` can have granted a lease: the
+/// shortest of `reports`' silences (member -> (its vote's term when it reported, ms since it last
+/// accepted a message of a leader of a term below that)), if the members reporting at `term` or
+/// later are a majority of `voters`; `None` otherwise.
+///
+/// Why this is safe (the argument in full is in ring's `raft::contact`): a lease is granted only
+/// after a quorum accepted a message the granting leader sent after the renewal arrived, that
+/// quorum meets any majority of `voters`, and a member at term `term` accepts nothing more from
+/// an earlier term. A new leader may count a silent member's time to `member_lost_ms` from this
+/// instead of from its own election (it must hold a single, not a joint, configuration: then
+/// every quorum an earlier leader used meets a majority of `voters`).
+pub fn earlier_leaders_silent_ms(
+    term: u64,
+    voters: &std::collections::BTreeSet<u64>,
+    reports: &std::collections::BTreeMap<u64, (u64, u64)>,
+) -> Option<u64> {
+    let final_reports: Vec<u64> = reports
+        .iter()
+        .filter(|(id, (at_term, _))| voters.contains(id) && *at_term >= term)
+        .map(|(_, (_, silent_ms))| *silent_ms)
+        .collect();
+    if final_reports.len() * 2 > voters.len() {
+        final_reports.into_iter().min()
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn earlier_leaders_count_only_with_a_majority_at_the_term() {
+        use std::collections::{BTreeMap, BTreeSet};
+        let voters: BTreeSet<u64> = [1, 2, 3].into();
+        let one: BTreeMap<u64, (u64, u64)> = [(2, (5, 3_000))].into();
+        assert_eq!(earlier_leaders_silent_ms(5, &voters, &one), None, "1 of 3");
+        let two: BTreeMap<u64, (u64, u64)> = [(2, (5, 3_000)), (3, (6, 2_500))].into();
+        assert_eq!(
+            earlier_leaders_silent_ms(5, &voters, &two),
+            Some(2_500),
+            "the latest contact of the two counts"
+        );
+        // A member still at an earlier term may accept the earlier leader after it reported.
+        let stale: BTreeMap<u64, (u64, u64)> = [(2, (5, 3_000)), (3, (4, 100))].into();
+        assert_eq!(earlier_leaders_silent_ms(5, &voters, &stale), None);
+        // Reports of members that are not voters do not make a majority.
+        let learner: BTreeMap<u64, (u64, u64)> = [(2, (5, 3_000)), (9, (5, 3_000))].into();
+        assert_eq!(earlier_leaders_silent_ms(5, &voters, &learner), None);
+        let five: BTreeSet<u64> = [1, 2, 3, 4, 5].into();
+        assert_eq!(earlier_leaders_silent_ms(5, &five, &two), None, "2 of 5");
+    }
 
     #[test]
     fn health_thresholds() {

@@ -54,7 +54,7 @@ pub struct Transport {
     /// Certificates the other members presented.
     pub seen: SeenCertificates,
     /// When a leader last reached this member.
-    pub contact: crate::raft::service::LeaderContact,
+    pub contact: crate::raft::contact::LeaderContact,
 }
 
 /// The Admin service of one member.

@@ -30,8 +30,9 @@ use tracing::Instrument as _;
 use crate::core::Timing;
 use crate::core::agent::{Action, Grant, Memory, ReplicaAction, reconcile, reconcile_replicas};
 use crate::leases::LeaseDesk;
+use crate::raft::contact::LeaderContact;
 use crate::raft::network::PeerNetwork;
-use crate::raft::types::{RenewReply, RenewRequest};
+use crate::raft::types::{EarlierLeaderContact, RenewReply, RenewRequest};
 use crate::raft::{NodeId, RaftNode, StateMachineStore};
 use crate::time::monotonic_ms;
 use driver::{ReplicaTarget, Target, Workloads};
@@ -67,6 +68,9 @@ pub struct Agent {
     state: StateMachineStore,
     network: PeerNetwork,
     desk: Arc<LeaseDesk>,
+    /// When a leader last reached this member: sent with every renewal (see
+    /// [`crate::raft::contact`]).
+    contact: LeaderContact,
     workloads: Workloads,
     memory: Memory,
     timing: Timing,
@@ -96,8 +100,10 @@ impl Agent {
         desk: Arc<LeaseDesk>,
         workloads: Workloads,
         timing: Timing,
+        contact: LeaderContact,
     ) -> Self {
         Self {
+            contact,
             me,
             name: name.to_string(),
             raft,
@@ -177,8 +183,15 @@ impl Agent {
         let running = self.workloads.running().await;
         let healthy = self.workloads.healthy().await;
         let sent_at_ms = monotonic_ms();
+        let term = self.raft.metrics().borrow_watched().current_term;
+        let earlier_leader = EarlierLeaderContact {
+            term,
+            ms_ago: u64::try_from(self.contact.earlier_than(term).elapsed().as_millis())
+                .unwrap_or(u64::MAX),
+        };
         let reply = self
             .renew(RenewRequest {
+                earlier_leader: Some(earlier_leader),
                 running: running.clone(),
                 healthy: healthy.clone(),
                 migrations: self.workloads.migrations(),

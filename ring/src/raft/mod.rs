@@ -9,6 +9,8 @@
 //!   builds, stores and installs snapshots.
 //! - [`network`]: the client side of the peer protocol (one cached gRPC channel per peer).
 //! - [`service`]: the server side of the peer protocol.
+//! - [`contact`]: when a leader last reached this member, and of which term (a new leader
+//!   counts a silent member's time from it).
 //! - [`storage`]: opening the data directory (one redb file) and its identity checks.
 //! - [`wal`]: the log's write-ahead file, where appends are made durable between folds into
 //!   redb.
@@ -16,6 +18,7 @@
 //!   recovery and snapshot restore).
 
 pub mod codec;
+pub mod contact;
 pub mod log_store;
 pub mod network;
 pub mod offline;

@@ -12,7 +12,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::*;
-use crate::raft::service::{ForwardHandler, Handlers, LeaderContact, PeerService, RenewHandler};
+use crate::raft::contact::LeaderContact;
+use crate::raft::service::{ForwardHandler, Handlers, PeerService, RenewHandler};
 use crate::raft::types::{Entry, log_id};
 use crate::raft::{LogStore, RaftNode, StateMachineStore, storage};
 use crate::tls::server::SeenCertificates;

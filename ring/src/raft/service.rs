@@ -12,12 +12,13 @@ use serde::de::DeserializeOwned;
 use tonic::{Request, Response, Status, Streaming};
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
+use openraft::raft::StreamAppendError;
 use openraft::type_config::async_runtime::watch::WatchReceiver;
 
 use super::StateMachineStore;
 use super::codec::{CODEC_VERSION, decode, encode};
+use super::contact::{InFlight, LeaderContact};
 use super::network::{MAX_PEER_MESSAGE_BYTES, REMOVED_MARKER, removed_status};
 use super::types::{
     NodeId, PingReply, RaftNode, RenewReply, RenewRequest, SnapshotMeta, TypeConfig, Vote,
@@ -38,24 +39,6 @@ pub trait ForwardHandler: Send + Sync + 'static {
 
 /// Largest snapshot a member accepts from a peer, in bytes.
 pub const MAX_SNAPSHOT_BYTES: u64 = 1024 * 1024 * 1024;
-
-/// When this member last heard from a leader (an AppendEntries or a snapshot).
-#[derive(Clone, Default)]
-pub struct LeaderContact(Arc<Mutex<Option<Instant>>>);
-
-impl LeaderContact {
-    fn touch(&self) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
-    }
-
-    /// Time since the last contact; `None` if there was none since start.
-    pub fn since(&self) -> Option<Duration> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .map(|at| at.elapsed())
-    }
-}
 
 /// Renews members' leases (implemented by the leader's lease desk; see the `Renew` RPC).
 pub trait RenewHandler: Send + Sync + 'static {
@@ -280,9 +263,12 @@ impl pb::raft_server::Raft for PeerService {
         &self,
         request: Request<pb::RaftMessage>,
     ) -> Result<Response<pb::RaftMessage>, Status> {
-        let (from, req) = self.open(request, "append-entries request")?;
+        let (from, req): (NodeId, openraft::raft::AppendEntriesRequest<TypeConfig>) =
+            self.open(request, "append-entries request")?;
+        let flight = self.contact.begin(req.vote.leader_id.term);
         let resp = self.raft.append_entries(req).await.map_err(stopped)?;
-        self.contact.touch();
+        let accepted = !matches!(resp, openraft::raft::AppendEntriesResponse::HigherVote(_));
+        self.contact.answered(flight, accepted);
         self.reply(from, "append-entries response", &resp)
     }
 
@@ -298,15 +284,32 @@ impl pb::raft_server::Raft for PeerService {
         // the input; the answers to the ones before it still go out, then its error.
         let refused: Arc<Mutex<Option<Status>>> = Arc::default();
         let sender = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        // One guard per message handed to Raft, answered in order (openraft answers a stream's
+        // messages in the order they came); dropped with the stream if it ends early.
+        let flights: Arc<Mutex<std::collections::VecDeque<InFlight>>> = Arc::default();
         let input = {
-            let (this, refused, sender) = (self.clone(), refused.clone(), sender.clone());
+            let (this, refused, sender, flights) = (
+                self.clone(),
+                refused.clone(),
+                sender.clone(),
+                flights.clone(),
+            );
             request.into_inner().scan((), move |(), item| {
                 let opened = item.and_then(|msg| {
-                    this.open_message(info.as_ref(), msg, "append-entries request")
+                    this.open_message::<openraft::raft::AppendEntriesRequest<TypeConfig>>(
+                        info.as_ref(),
+                        msg,
+                        "append-entries request",
+                    )
                 });
                 futures::future::ready(match opened {
                     Ok((from, req)) => {
                         sender.store(from, std::sync::atomic::Ordering::Relaxed);
+                        let flight = this.contact.begin(req.vote.leader_id.term);
+                        flights
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push_back(flight);
                         Some(req)
                     }
                     Err(status) => {
@@ -318,9 +321,17 @@ impl pb::raft_server::Raft for PeerService {
         };
         let this = self.clone();
         let answers = self.raft.stream_append(input).map(move |result| {
-            // As for a unary AppendEntries: any answer Raft gives means a leader made contact.
+            // As for a unary AppendEntries: any answer Raft gives means a leader made contact;
+            // all but a refusal for a higher vote mean the leader's message was accepted.
             let result = result.map_err(stopped)?;
-            this.contact.touch();
+            let flight = flights
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop_front();
+            if let Some(flight) = flight {
+                let accepted = !matches!(result, Err(StreamAppendError::HigherVote(_)));
+                this.contact.answered(flight, accepted);
+            }
             let to = sender.load(std::sync::atomic::Ordering::Relaxed);
             this.reply(to, "append-entries result", &result)
                 .map(Response::into_inner)
@@ -388,11 +399,15 @@ impl pb::raft_server::Raft for PeerService {
             meta,
             snapshot: data,
         };
+        let term = vote.leader_id.term;
+        let flight = self.contact.begin(term);
         let resp = self
             .raft
             .install_full_snapshot(vote, snapshot)
             .await
             .map_err(stopped)?;
+        self.contact
+            .answered(flight, resp.vote.leader_id.term <= term);
         self.reply(header.from, "snapshot response", &resp.vote)
     }
 

@@ -131,6 +131,22 @@ pub struct RenewRequest {
     #[serde(default)]
     pub etcd_ids:
         std::collections::BTreeMap<String, (u64, std::collections::BTreeMap<String, u64>)>,
+    /// When this member last accepted a message of a leader of a term below its vote's (see
+    /// [`crate::raft::contact`]): a new leader counts silent members' time from the latest of a
+    /// quorum's. `None` from a member that predates it (the leader then counts from its
+    /// election).
+    #[serde(default)]
+    pub earlier_leader: Option<EarlierLeaderContact>,
+}
+
+/// A member's last accepted contact with a leader of a term below `term`, as it sends it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EarlierLeaderContact {
+    /// The term of the member's vote when it sent this.
+    pub term: u64,
+    /// Milliseconds from that contact to the sending (rounded down: never an older contact
+    /// than the truth).
+    pub ms_ago: u64,
 }
 
 /// The leader's answer to a [`RenewRequest`].
