@@ -72,9 +72,10 @@ struct RunArgs {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(3..=5))]
     zones: u16,
     /// The ring's timings: `loopback` (lease 1 s, member lost after 2 s: fast runs, what CI
-    /// uses) or `production` (the defaults an operator gets: lease 4 s, fence 2 s, member lost
-    /// after 8 s). Runs are reported as `<scenario> (production)` with the latter.
-    #[arg(long, default_value = "loopback", value_parser = ["loopback", "production"])]
+    /// uses), `tight` (lease 2 s, fence 1 s, member lost after 4 s) or `production` (the
+    /// defaults an operator gets: lease 4 s, fence 2 s, member lost after 8 s). Runs are
+    /// reported as `<scenario> (production)` or `(tight)` with the latter two.
+    #[arg(long, default_value = "loopback", value_parser = world::TIMING_PROFILES)]
     timings: String,
     /// lossy-link: the loss rates the victim zone's links go through in turn, percent of the
     /// packets dropped each way (comma-separated).
@@ -166,10 +167,7 @@ fn run(args: RunArgs) -> anyhow::Result<bool> {
         loss_secs,
         max_wait_ms,
     } = args;
-    let timing = match timings.as_str() {
-        "production" => garden_ring::config::Timing::default(),
-        _ => garden_ring::config::Timing::loopback(),
-    };
+    let timing = world::timing_profile(&timings);
     let chosen: Vec<Scenario> = if all {
         SCENARIOS.to_vec()
     } else {

@@ -274,8 +274,8 @@ pub async fn run_once(
             if options.zone_tolerant {
                 name.push_str(" (tolerance zone)");
             }
-            if options.timing != garden_ring::config::Timing::loopback() {
-                name.push_str(" (production)");
+            if let Some(profile) = world::timing_profile_name(&options.timing) {
+                name.push_str(&format!(" ({profile})"));
             }
             name
         },
@@ -489,7 +489,7 @@ async fn drive(
         }
         Fault::LossyLink => {
             let lossy = [Link::Mesh, Link::Region];
-            let epochs: BTreeMap<String, u64> = before
+            let mut epochs: BTreeMap<String, u64> = before
                 .control_planes
                 .iter()
                 .map(|c| (c.name.clone(), c.epoch))
@@ -503,8 +503,15 @@ async fn drive(
                 topology.set_loss(&victim_zone, &lossy, *percent)?;
                 let what = format!("{percent}% loss");
                 timeline.add("fault", &victim_zone, what.clone());
-                let phase =
-                    watch_phase(world, timeline, &mut seen, &epochs, what, options.loss_ms).await;
+                let phase = watch_phase(
+                    world,
+                    timeline,
+                    &mut seen,
+                    &mut epochs,
+                    what,
+                    options.loss_ms,
+                )
+                .await;
                 loss_phases.push(phase);
             }
             topology.set_loss(&victim_zone, &lossy, 0)?;
@@ -517,12 +524,20 @@ async fn drive(
                 topology.set_link(&victim_zone, Link::Mesh, false)?;
                 let what = format!("cut for {cut_ms} ms");
                 timeline.add("fault", &victim_zone, what.clone());
-                let phase = watch_phase(world, timeline, &mut seen, &epochs, what, cut_ms).await;
+                let phase =
+                    watch_phase(world, timeline, &mut seen, &mut epochs, what, cut_ms).await;
                 topology.set_link(&victim_zone, Link::Mesh, true)?;
                 timeline.add("heal", &victim_zone, "link back");
                 let what = "after the cut".to_string();
-                let calm =
-                    watch_phase(world, timeline, &mut seen, &epochs, what, 2 * t.lease_ms).await;
+                let calm = watch_phase(
+                    world,
+                    timeline,
+                    &mut seen,
+                    &mut epochs,
+                    what,
+                    2 * t.lease_ms,
+                )
+                .await;
                 loss_phases.push(phase);
                 loss_phases.push(calm);
             }
@@ -840,9 +855,11 @@ async fn drive(
         }
         stats.split_brain = split_brain(&record.acks);
         let present = match host_index {
-            Some(z) => world::wait_for(Duration::from_secs(10), "it answers", || read_seqs(&cp, z))
-                .await
-                .ok(),
+            Some(z) => world::wait_for(Duration::from_secs(10), "it answers", || {
+                read_seqs(&cp, z, record.attempted)
+            })
+            .await
+            .ok(),
             None => None,
         };
         let Some(present) = present else {
@@ -1094,12 +1111,13 @@ fn split_brain(acks: &[Ack]) -> u64 {
 }
 
 /// Watches the ring for `ms` (a phase of lossy-link): leader changes, members judged other
-/// than healthy, control planes at another epoch than in `epochs`.
+/// than healthy, control planes at another epoch than in `epochs` (which it then updates, so
+/// that a move counts in the phase it happened in).
 async fn watch_phase(
     world: &World,
     timeline: &mut Timeline,
     seen: &mut Seen,
-    epochs: &BTreeMap<String, u64>,
+    epochs: &mut BTreeMap<String, u64>,
     what: String,
     ms: u64,
 ) -> LossPhase {
@@ -1126,10 +1144,13 @@ async fn watch_phase(
                 }
             }
             for c in &s.control_planes {
-                if epochs.get(&c.name).is_some_and(|e| *e != c.epoch)
-                    && !phase.moved.contains(&c.name)
+                if let Some(epoch) = epochs.get_mut(&c.name)
+                    && *epoch != c.epoch
                 {
-                    phase.moved.push(c.name.clone());
+                    *epoch = c.epoch;
+                    if !phase.moved.contains(&c.name) {
+                        phase.moved.push(c.name.clone());
+                    }
                 }
             }
         }
@@ -1144,20 +1165,26 @@ async fn watch_phase(
     phase
 }
 
-/// The longest wait for an acknowledgement within `[start_ms, end_ms]`, ms: between two
-/// consecutive acknowledgements, cut to the window (the window's start counts as one, and its
-/// end as the next when nothing came after the last one in it).
+/// The longest wait for an acknowledgement that overlaps `[start_ms, end_ms]`, ms, whole (a
+/// wait that began before the window counts from its start): between two consecutive
+/// acknowledgements, and from the last one to the window's end if none came after it.
 fn gap_within(acks: &[Ack], start_ms: u64, end_ms: u64) -> u64 {
-    let mut last = start_ms;
     let mut longest = 0;
-    for a in acks
-        .iter()
-        .filter(|a| a.at_ms > start_ms && a.at_ms <= end_ms)
-    {
-        longest = longest.max(a.at_ms - last);
-        last = a.at_ms;
+    let mut previous: Option<u64> = None;
+    for a in acks {
+        if let Some(p) = previous
+            && a.at_ms > start_ms
+            && p < end_ms
+        {
+            longest = longest.max(a.at_ms - p);
+        }
+        previous = Some(a.at_ms);
     }
-    longest.max(end_ms.saturating_sub(last))
+    match previous {
+        Some(p) if p < end_ms => longest.max(end_ms - p),
+        Some(_) => longest,
+        None => end_ms.saturating_sub(start_ms),
+    }
 }
 
 /// The longest time between two acknowledgements, ms, and when it began (the first one's
@@ -1170,23 +1197,27 @@ fn longest_gap(acks: &[Ack]) -> (u64, u64) {
 }
 
 /// The sequence numbers present in `cp`'s etcd at zone `z`.
-async fn read_seqs(cp: &str, z: usize) -> Option<std::collections::BTreeSet<u64>> {
+/// The sequence numbers of `cp`'s keys at member `z`, up to `max_seq`: keys only, read in
+/// blocks of 100,000 (a long run writes more than one range may return).
+async fn read_seqs(cp: &str, z: usize, max_seq: u64) -> Option<std::collections::BTreeSet<u64>> {
+    const BLOCK: u64 = 100_000;
     let client = connect(endpoint(cp, z)).await?;
-    let prefix = key(cp, 0);
-    let prefix = &prefix[..prefix.len() - 10];
-    let kvs = client.get_prefix(prefix.as_bytes()).await.ok()?;
-    Some(
-        kvs.iter()
-            .filter_map(|kv| {
-                std::str::from_utf8(&kv.key)
-                    .ok()?
-                    .rsplit('/')
-                    .next()?
-                    .parse()
-                    .ok()
-            })
-            .collect(),
-    )
+    let mut seqs = std::collections::BTreeSet::new();
+    for block in 0..=max_seq / BLOCK {
+        // Keys are zero-padded to 10 digits: the first 5 name a block of 100,000.
+        let first = key(cp, block * BLOCK);
+        let prefix = &first[..first.len() - 5];
+        let kvs = client.get_prefix_keys(prefix.as_bytes()).await.ok()?;
+        seqs.extend(kvs.iter().filter_map(|kv| {
+            std::str::from_utf8(&kv.key)
+                .ok()?
+                .rsplit('/')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        }));
+    }
+    Some(seqs)
 }
 
 #[cfg(test)]
@@ -1225,7 +1256,7 @@ mod tests {
     }
 
     #[test]
-    fn gap_within_cuts_the_waits_to_the_window() {
+    fn gap_within_counts_the_waits_that_overlap_the_window() {
         let acks: Vec<Ack> = [100, 300, 1_300, 1_400]
             .into_iter()
             .enumerate()
@@ -1236,7 +1267,12 @@ mod tests {
             })
             .collect();
         assert_eq!(gap_within(&acks, 0, 2_000), 1_000, "300 -> 1300");
-        assert_eq!(gap_within(&acks, 350, 1_350), 950, "window start -> 1300");
+        assert_eq!(
+            gap_within(&acks, 350, 1_350),
+            1_000,
+            "a wait begun before counts whole"
+        );
+        assert_eq!(gap_within(&acks, 2_000, 2_500), 1_100, "nothing since 1400");
         assert_eq!(
             gap_within(&acks, 1_350, 2_000),
             600,

@@ -164,6 +164,40 @@ pub fn find_tool(name: &str) -> anyhow::Result<PathBuf> {
         .with_context(|| format!("{name} not found on PATH, /usr/sbin or /usr/bin (scripts/test.sh installs what ring-chaos needs)"))
 }
 
+/// The ring timings `--timings` offers.
+pub const TIMING_PROFILES: [&str; 3] = ["loopback", "tight", "production"];
+
+/// The timings of profile `name` (one of [`TIMING_PROFILES`]): `loopback` (lease 1 s, member
+/// lost after 2 s), `tight` (lease 2 s, fence 1 s, member lost after 4 s: the shortest that a
+/// cut of a zone's links or 30% packet loss does not fence, for zones a few ms apart), and
+/// `production` (the defaults: lease 4 s, fence 2 s, member lost after 8 s).
+pub fn timing_profile(name: &str) -> garden_ring::config::Timing {
+    use garden_ring::config::Timing;
+    match name {
+        "production" => Timing::default(),
+        "tight" => Timing {
+            heartbeat_ms: 100,
+            election_timeout_min_ms: 500,
+            election_timeout_max_ms: 1_000,
+            member_suspect_ms: 2_000,
+            member_lost_ms: 4_000,
+            lease_ms: 2_000,
+            fence_ms: 1_000,
+            clock_margin_ms: 500,
+        },
+        _ => Timing::loopback(),
+    }
+}
+
+/// The profile `timing` is, for report names: `None` for loopback (what CI runs).
+pub fn timing_profile_name(timing: &garden_ring::config::Timing) -> Option<&'static str> {
+    TIMING_PROFILES
+        .into_iter()
+        .filter(|p| *p != "loopback")
+        .find(|p| timing_profile(p) == *timing)
+        .or((*timing != garden_ring::config::Timing::loopback()).then_some("custom"))
+}
+
 /// Checks that every program a run needs is installed; the error names what is missing.
 pub fn check_tools(binaries: &Binaries) -> anyhow::Result<()> {
     for tool in ["named", "tsig-keygen", "moto_server", "ip"] {
@@ -619,5 +653,31 @@ pub fn zone_of(ip: std::net::IpAddr) -> Option<usize> {
             (o[0] == 10 && o[1] == 77 && o[2] == 3 && o[3] >= 11).then(|| usize::from(o[3] - 11))
         }
         std::net::IpAddr::V6(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_timing_profile_is_safe_and_named() {
+        for name in TIMING_PROFILES {
+            let t = timing_profile(name);
+            assert!(
+                t.member_lost_ms > t.lease_ms + t.fence_ms + t.clock_margin_ms,
+                "{name} breaks DESIGN.md rule 2"
+            );
+            let expected = (name != "loopback").then_some(name);
+            assert_eq!(timing_profile_name(&t), expected);
+            if name != "loopback" {
+                assert_eq!(t.warnings(), Vec::<String>::new(), "{name}");
+            }
+        }
+        let custom = garden_ring::config::Timing {
+            lease_ms: 1_500,
+            ..garden_ring::config::Timing::loopback()
+        };
+        assert_eq!(timing_profile_name(&custom), Some("custom"));
     }
 }

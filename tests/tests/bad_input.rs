@@ -420,6 +420,19 @@ fn ringd_refuses_bad_configs_with_one_clear_line() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Valid, with what the timings cost said (a loopback lease is fragile across zones).
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let warned: Vec<&str> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("ringd: warning: "))
+        .collect();
+    assert_eq!(warned, good.timing.warnings(), "{stderr}");
+    assert!(
+        warned
+            .iter()
+            .any(|w| w.starts_with("timing.lease_ms = 1000")),
+        "{stderr}"
+    );
 
     refused(
         ringd(&["--config", "/nonexistent/ringd.toml"]),

@@ -110,9 +110,10 @@ pub struct BenchArgs {
     /// MiB the etcd of `backup` holds [default: 1024; --quick: 64].
     #[arg(long)]
     backup_mib: Option<usize>,
-    /// The timings of `failover`'s rings: `loopback` (lease 1 s, member lost after 2 s) or
-    /// `production` (the defaults: lease 4 s, fence 2 s, member lost after 8 s).
-    #[arg(long, default_value = "loopback", value_parser = ["loopback", "production"])]
+    /// The timings of `failover`'s rings: `loopback` (lease 1 s, member lost after 2 s),
+    /// `tight` (lease 2 s, fence 1 s, member lost after 4 s) or `production` (the defaults:
+    /// lease 4 s, fence 2 s, member lost after 8 s).
+    #[arg(long, default_value = "loopback", value_parser = crate::world::TIMING_PROFILES)]
     timings: String,
     /// Record the leader ringd with `perf record --call-graph dwarf` during each commit
     /// concurrency, into OUT/perf-ring-leader-<clients>.data (MBs each; `perf report -i`).
@@ -950,10 +951,7 @@ async fn run_part(
                 bin_dir: cx.bin_dir()?,
                 dir: cx.dir.to_path_buf(),
                 certs: local::certificates(cx.certs)?,
-                timing: match cx.settings.timings.as_str() {
-                    "production" => garden_ring::config::Timing::default(),
-                    _ => garden_ring::config::Timing::loopback(),
-                },
+                timing: crate::world::timing_profile(&cx.settings.timings),
             })
             .await?;
             if let Some(failure) = report

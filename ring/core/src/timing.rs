@@ -126,6 +126,42 @@ impl Timing {
         self.election_timeout_max_ms * 2
     }
 
+    /// What an operator should know about these timings before running them across zones
+    /// (`ringd --check-config` prints these, `ringd` logs them at start); each from a
+    /// measurement in chaos/results/ (deploy/README.md, "Tuning the timings"). Empty for the
+    /// defaults.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if self.lease_ms < 2_000 {
+            warnings.push(format!(
+                "timing.lease_ms = {} is under 2000: a host fences its control planes when its \
+                 renewals fail for {} ms (a cut of its links, or 30% packet loss, measured with a \
+                 1000 ms lease), and restarting a fenced etcd takes 1 to 2 s more; fine on one \
+                 machine, fragile across zones",
+                self.lease_ms,
+                self.lease_ms - self.self_fence_margin_ms() - self.renew_interval_ms()
+            ));
+        }
+        let floor = self.lease_ms + self.fence_ms + self.clock_margin_ms;
+        if self.member_lost_ms > 2 * floor {
+            warnings.push(format!(
+                "timing.member_lost_ms = {} is more than twice what safety needs \
+                 (lease_ms + fence_ms + clock_margin_ms = {floor}): the time from a zone's loss \
+                 to its control planes serving elsewhere is member_lost_ms plus about 6%",
+                self.member_lost_ms
+            ));
+        }
+        if self.election_timeout_max_ms * 2 > self.member_lost_ms {
+            warnings.push(format!(
+                "timing.election_timeout_max_ms = {} is more than half of member_lost_ms ({}): \
+                 after the leader's zone is lost, the new leader may be elected too late to move \
+                 its control planes at member_lost_ms",
+                self.election_timeout_max_ms, self.member_lost_ms
+            ));
+        }
+        warnings
+    }
+
     /// How long one probe of a peer may take (a member that lost the leader asks around, a
     /// founder with an empty directory asks the others): the longest election timeout, at
     /// least 500 ms.
@@ -158,5 +194,29 @@ mod tests {
         assert_eq!(tiny.workload_request_timeout_ms(), 100);
         assert_eq!(tiny.duties_interval_ms(), 20);
         assert_eq!(tiny.probe_timeout_ms(), 500);
+    }
+
+    #[test]
+    fn warnings_name_what_was_measured_to_hurt() {
+        assert!(Timing::default().warnings().is_empty(), "the defaults");
+        let loopback = Timing::loopback().warnings();
+        assert_eq!(loopback.len(), 1, "{loopback:?}");
+        assert!(
+            loopback[0].contains("timing.lease_ms = 1000"),
+            "{loopback:?}"
+        );
+        assert!(loopback[0].contains("fail for 500 ms"), "{loopback:?}");
+        let slow = Timing {
+            member_lost_ms: 30_000,
+            ..Timing::default()
+        };
+        assert!(slow.warnings()[0].contains("more than twice"));
+        let late_election = Timing {
+            election_timeout_min_ms: 4_000,
+            election_timeout_max_ms: 5_000,
+            member_suspect_ms: 5_000,
+            ..Timing::default()
+        };
+        assert!(late_election.warnings()[0].contains("more than half"));
     }
 }

@@ -252,10 +252,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
         println!("{}", config.to_toml());
+        for warning in config.timing.warnings() {
+            eprintln!("ringd: warning: {warning}");
+        }
         eprintln!("ringd: config {} is valid", path.display());
         return ExitCode::SUCCESS;
     }
     garden_ring::logging::init(&config.log, &config.name);
+    let timing_warnings = config.timing.warnings();
     if !malloc_settings.is_empty() {
         tracing::debug!("malloc: {}", malloc_settings.join(", "));
     }
@@ -283,6 +287,10 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        // Once started: a refused start says one thing only.
+        for warning in timing_warnings {
+            tracing::warn!("{warning}");
+        }
         let code = tokio::select! {
             signal = wait_for_signal() => {
                 tracing::info!("received {signal}, shutting down");
