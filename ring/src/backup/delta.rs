@@ -100,7 +100,12 @@ pub enum DeltaError {
 
 /// The stored object for `events`: JSON, sha256 trailer, compressed when asked.
 pub fn encode(events: &[DeltaEvent], compression: Option<Compression>) -> std::io::Result<Vec<u8>> {
-    let json = to_json(events);
+    encode_json(to_json(events), compression)
+}
+
+/// The stored object for `json` (what [`to_json`] made): sha256 trailer, compressed when asked.
+/// CPU work in proportion to its size (tens of MiB): run it off the async runtime.
+pub fn encode_json(json: Vec<u8>, compression: Option<Compression>) -> std::io::Result<Vec<u8>> {
     let mut plain = json;
     let digest = Sha256::digest(&plain);
     plain.extend_from_slice(&digest);

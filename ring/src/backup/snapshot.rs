@@ -357,11 +357,21 @@ pub async fn stage_delta_snapshot(
         .with_compression(compress.then_some(Compression::Gzip))
         .with_final(final_);
     let (path, location) = snapshot_location(prefix, name)?;
-    let json = super::delta::to_json(events);
-    let sha256 = super::checksum::hex(&sha2::Sha256::digest(&json));
-    let snapshot_size_bytes = json.len() as u64 + super::checksum::SHA256_LEN as u64;
-    let bytes = super::delta::encode(events, name.compression())
-        .map_err(|e| SnapshotError::Compress(e.to_string()))?;
+    // Serializing, hashing and compressing a delta of tens of MiB takes a CPU for a while
+    // (seconds in a debug build): on a blocking thread, so that the runtime goes on renewing
+    // leases and forwarding deadlines meanwhile (a 24 MiB burst fenced a loopback host).
+    let events = events.to_vec();
+    let compression = name.compression();
+    let (sha256, snapshot_size_bytes, bytes) = tokio::task::spawn_blocking(move || {
+        let json = super::delta::to_json(&events);
+        let sha256 = super::checksum::hex(&sha2::Sha256::digest(&json));
+        let snapshot_size_bytes = json.len() as u64 + super::checksum::SHA256_LEN as u64;
+        super::delta::encode_json(json, compression)
+            .map(|bytes| (sha256, snapshot_size_bytes, bytes))
+    })
+    .await
+    .map_err(|e| SnapshotError::Compress(format!("encoding task: {e}")))?
+    .map_err(|e| SnapshotError::Compress(e.to_string()))?;
     let stored_size_bytes = bytes.len() as u64;
     let upload = store
         .put_multipart(&location)
