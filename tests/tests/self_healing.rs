@@ -138,9 +138,22 @@ async fn killing_a_host_moves_its_control_planes_and_nothing_serves_twice() {
 
 #[tokio::test]
 async fn a_frozen_ringd_is_fenced_by_its_guard_and_does_not_serve_again() {
+    frozen_host_is_fenced_and_does_not_serve_again(false).await;
+}
+
+/// The same with the leader frozen: the new leader counts its silence from the survivors' last
+/// contact with it, not from its own election, and still moves only after its guard stopped.
+#[tokio::test]
+async fn a_frozen_leader_is_fenced_by_its_guard_before_its_control_plane_moves() {
+    frozen_host_is_fenced_and_does_not_serve_again(true).await;
+}
+
+async fn frozen_host_is_fenced_and_does_not_serve_again(freeze_the_leader: bool) {
     let ring = recording_ring();
     let leader = ring.wait_leader(&[0, 1, 2], &[], FORM).await;
-    let victim = (0..3).find(|&i| ring.procs[i].config.id != leader).unwrap();
+    let victim = (0..3)
+        .find(|&i| (ring.procs[i].config.id == leader) == freeze_the_leader)
+        .unwrap();
     let victim_name = ring.procs[victim].config.name.clone();
     let other = ["a", "b", "c"]
         .into_iter()

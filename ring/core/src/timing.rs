@@ -139,7 +139,8 @@ impl Timing {
                  1000 ms lease), and restarting a fenced etcd takes 1 to 2 s more; fine on one \
                  machine, fragile across zones",
                 self.lease_ms,
-                self.lease_ms - self.self_fence_margin_ms() - self.renew_interval_ms()
+                self.lease_ms
+                    .saturating_sub(self.self_fence_margin_ms() + self.renew_interval_ms())
             ));
         }
         let floor = self.lease_ms + self.fence_ms + self.clock_margin_ms;
@@ -218,5 +219,10 @@ mod tests {
             ..Timing::default()
         };
         assert!(late_election.warnings()[0].contains("more than half"));
+        let tiny = Timing {
+            lease_ms: 40,
+            ..Timing::loopback()
+        };
+        assert!(tiny.warnings()[0].contains("fail for 0 ms"), "no underflow");
     }
 }
