@@ -8,10 +8,15 @@
 //!
 //! Each renewal also counts as contact with the member (for health), tells which control
 //! planes it released (it holds no grant for one it is fencing, and lists it as not running:
-//! since a member renews one request at a time, nothing it does later can bring it back), and
+//! since a member renews one round at a time, nothing it does later can bring it back), and
 //! which it serves (running and passing the driver's health check). It also carries the host's
 //! reports on the migrations it performs and on the backups it writes, kept for the controller
 //! when they are about a control plane the member hosts at the epoch it runs.
+//!
+//! A round may arrive more than once, and late (the agent sends a copy on another connection
+//! when the first is slow): the desk records what a round reports only if it is later than the
+//! member's round it recorded last, answers another copy of that round without recording it
+//! again, and refuses an earlier one ([`crate::core::renewal`]).
 //!
 //! [`RingState::grants`]: crate::core::RingState::grants
 
@@ -28,6 +33,7 @@ use crate::core::Phase;
 use crate::core::backup_report::worth_committing;
 use crate::core::controller::{Observations, Policy};
 use crate::core::health::earlier_leaders_silent_ms;
+use crate::core::renewal::{self, Arrival, RenewRound};
 use crate::raft::service::RenewHandler;
 use crate::raft::types::{RenewReply, RenewRequest};
 use crate::raft::{NodeId, RaftNode, StateMachineStore};
@@ -38,6 +44,8 @@ struct Inner {
     /// Member -> (its vote's term, when it last accepted a message of a leader of an earlier
     /// term, on this member's clock) from its latest renewal.
     earlier_leader: BTreeMap<NodeId, (u64, Instant)>,
+    /// Member -> the latest round of its renewals recorded (in this term).
+    rounds: BTreeMap<NodeId, RenewRound>,
 }
 
 /// Answers renewals and keeps the leader's observations.
@@ -69,6 +77,7 @@ impl LeaseDesk {
                 observations: Observations::default(),
                 last_renewal: BTreeMap::new(),
                 earlier_leader: BTreeMap::new(),
+                rounds: BTreeMap::new(),
             }),
             news: tokio::sync::Notify::new(),
             renewals: Arc::default(),
@@ -106,6 +115,7 @@ impl LeaseDesk {
         inner.observations = Observations::default();
         inner.last_renewal.clear();
         inner.earlier_leader.clear();
+        inner.rounds.clear();
     }
 
     /// How long, at least, no leader of a term below `term` can have granted a lease, by the
@@ -153,7 +163,11 @@ impl LeaseDesk {
         let arrived = Instant::now();
         {
             let mut inner = self.lock();
+            // Any copy is contact, however late.
             inner.last_renewal.insert(from, arrived);
+            if renewal::sort(inner.rounds.get(&from).copied(), request.round) == Arrival::Stale {
+                return Err(superseded(from, request.round));
+            }
             // The contact was at most `ms_ago` before the sending, which was before `arrived`.
             if let Some(earlier) = request.earlier_leader
                 && let Some(at) = arrived.checked_sub(Duration::from_millis(earlier.ms_ago))
@@ -259,15 +273,28 @@ impl LeaseDesk {
                 "member {from} is not registered"
             )));
         };
-        let news = !released.is_empty() || !serving.is_empty();
+        let mut news = false;
         {
             let mut inner = self.lock();
-            inner.observations.released.extend(released);
-            inner.observations.serving.extend(serving);
-            inner.observations.progress.extend(progress);
-            inner.observations.backups.extend(backups);
-            inner.observations.etcd_changes.extend(etcd_changes);
-            inner.observations.etcd_ids.extend(etcd_ids);
+            // Sorted again now that the reading is done: a later round may have been recorded
+            // while this one waited for its ReadIndex.
+            match renewal::sort(inner.rounds.get(&from).copied(), request.round) {
+                Arrival::Stale => return Err(superseded(from, request.round)),
+                // Answered (it renews the lease), recorded once.
+                Arrival::Copy => {}
+                Arrival::Record => {
+                    if let Some(round) = request.round {
+                        inner.rounds.insert(from, round);
+                    }
+                    news = !released.is_empty() || !serving.is_empty();
+                    inner.observations.released.extend(released);
+                    inner.observations.serving.extend(serving);
+                    inner.observations.progress.extend(progress);
+                    inner.observations.backups.extend(backups);
+                    inner.observations.etcd_changes.extend(etcd_changes);
+                    inner.observations.etcd_ids.extend(etcd_ids);
+                }
+            }
         }
         if news {
             self.news.notify_one();
@@ -280,6 +307,13 @@ impl LeaseDesk {
             replicas,
         })
     }
+}
+
+/// The refusal of a renewal round older than one recorded: the member gave up on it already.
+fn superseded(from: NodeId, round: Option<RenewRound>) -> Status {
+    Status::aborted(format!(
+        "renewal round {round:?} of member {from} was superseded by a later one"
+    ))
 }
 
 impl RenewHandler for LeaseDesk {

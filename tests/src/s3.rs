@@ -196,7 +196,9 @@ pub fn http(addr: SocketAddr, method: &str, path: &str) -> std::io::Result<(u16,
 
 /// A loopback TCP proxy to one address whose traffic a test can cut and restore: while cut,
 /// every open connection is shut down and new ones are closed as soon as they are accepted
-/// (the client sees the store go away; the server behind keeps its data).
+/// (the client sees the store go away; the server behind keeps its data). It can also stall:
+/// connections stay open and are accepted, but no byte goes either way (a store behind a
+/// link that drops everything: the client waits for its own timeout).
 pub struct Proxy {
     addr: SocketAddr,
     state: Arc<ProxyState>,
@@ -206,6 +208,7 @@ pub struct Proxy {
 struct ProxyState {
     target: SocketAddr,
     cut: AtomicBool,
+    stalled: AtomicBool,
     closing: AtomicBool,
     /// Both sockets of every open connection, to shut them down on a cut.
     open: Mutex<Vec<(TcpStream, TcpStream)>>,
@@ -222,6 +225,7 @@ impl Proxy {
         let state = Arc::new(ProxyState {
             target,
             cut: AtomicBool::new(false),
+            stalled: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             open: Mutex::new(Vec::new()),
             accepted: AtomicU64::new(0),
@@ -250,9 +254,16 @@ impl Proxy {
         }
     }
 
-    /// Forwards traffic again.
+    /// Forwards traffic again (after a cut or a stall).
     pub fn restore(&self) {
         self.state.cut.store(false, Ordering::SeqCst);
+        self.state.stalled.store(false, Ordering::SeqCst);
+    }
+
+    /// Holds every byte from now on, both ways, on open and new connections, until
+    /// [`Proxy::restore`].
+    pub fn stall(&self) {
+        self.state.stalled.store(true, Ordering::SeqCst);
     }
 
     /// Connections closed because the proxy was cut.
@@ -293,14 +304,28 @@ fn accept_loop(listener: TcpListener, state: Arc<ProxyState>) {
             continue;
         };
         state.open.lock().unwrap().push((client3, server3));
-        std::thread::spawn(move || pump(client, server2));
-        std::thread::spawn(move || pump(server, client2));
+        let (up, down) = (Arc::clone(&state), Arc::clone(&state));
+        std::thread::spawn(move || pump(client, server2, &up));
+        std::thread::spawn(move || pump(server, client2, &down));
     }
 }
 
-/// Copies `from` to `to` until either side closes, then closes `to` for writing.
-fn pump(mut from: TcpStream, mut to: TcpStream) {
-    let _ = std::io::copy(&mut from, &mut to);
+/// Copies `from` to `to` (holding what it read while the proxy is stalled) until either side
+/// closes, then closes `to` for writing.
+fn pump(mut from: TcpStream, mut to: TcpStream, state: &ProxyState) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        while state.stalled.load(Ordering::SeqCst) && !state.closing.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
     let _ = to.shutdown(Shutdown::Write);
     let _ = from.shutdown(Shutdown::Read);
 }

@@ -132,6 +132,19 @@ async fn put_retrying(etcd: &EtcdClient, key: &str) -> u64 {
     .await
 }
 
+/// Puts `/registry/<prefix>000`, `001`... (`n` keys, retrying each); the keys and the last
+/// revision.
+async fn put_keys(etcd: &EtcdClient, prefix: &str, n: usize) -> (BTreeSet<String>, u64) {
+    let mut written = BTreeSet::new();
+    let mut last_revision = 0;
+    for i in 0..n {
+        let key = format!("/registry/{prefix}{i:03}");
+        last_revision = put_retrying(etcd, &key).await;
+        written.insert(key);
+    }
+    (written, last_revision)
+}
+
 /// The full snapshots in `url` (name -> last revision).
 async fn full_snapshots(url: &str, backup: &BackupSettings) -> BTreeMap<String, u64> {
     let location = BackupLocation::parse(url, backup).unwrap();
@@ -636,32 +649,46 @@ async fn a_bucket_written_by_etcd_backup_restore_is_migrated_and_restored() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_object_store_outage_during_a_migration_delays_it_and_loses_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let moto = garden_ring_tests::s3::Moto::start(dir.path());
+/// A moto_server with a bucket `zone-<member>` per member, reached through a [`Proxy`] the
+/// test can cut or stall, and the backup settings that point at the proxy.
+///
+/// [`Proxy`]: garden_ring_tests::s3::Proxy
+fn store_behind_proxy(
+    dir: &Path,
+) -> (
+    garden_ring_tests::s3::Moto,
+    garden_ring_tests::s3::Proxy,
+    BackupSettings,
+) {
+    let moto = garden_ring_tests::s3::Moto::start(dir);
     for m in MEMBERS {
         moto.create_bucket(&format!("zone-{m}"));
     }
     let proxy = garden_ring_tests::s3::Proxy::start(moto.addr());
     let backup = moto.settings(&proxy.endpoint());
+    (moto, proxy, backup)
+}
+
+/// Control plane `name`'s location in each member's bucket of [`store_behind_proxy`].
+fn s3_backups(name: &str) -> BTreeMap<String, String> {
+    MEMBERS
+        .iter()
+        .map(|m| (m.to_string(), format!("s3://zone-{m}/{name}")))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_store_outage_during_a_migration_delays_it_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_moto, proxy, backup) = store_behind_proxy(dir.path());
     let mut ring = etcd_ring(300, backup.clone());
     wait_all_healthy(&ring).await;
-    let backups: BTreeMap<String, String> = MEMBERS
-        .iter()
-        .map(|m| (m.to_string(), format!("s3://zone-{m}/cp4")))
-        .collect();
+    let backups = s3_backups("cp4");
     let req = etcd_control_plane("cp4", "a", &backups["a"], backups.clone());
     add_control_plane(&ring.client(), req).await.unwrap();
     let cp = running_on(&ring, "cp4", "a").await;
     let etcd = etcd_at(&cp, "a").await;
-    let mut last_revision = 0;
-    let mut written = BTreeSet::new();
-    for i in 0..100 {
-        let key = format!("/registry/o{i:03}");
-        last_revision = put_retrying(&etcd, &key).await;
-        written.insert(key);
-    }
+    let (written, last_revision) = put_keys(&etcd, "o", 100).await;
     snapshot_holding(&backups["a"], &backup, last_revision).await;
 
     proxy.cut();
@@ -690,6 +717,85 @@ async fn an_object_store_outage_during_a_migration_delays_it_and_loses_nothing()
         outage_ends.elapsed().as_millis(),
         got.len(),
         moved.host
+    );
+}
+
+/// A host whose lease lapses while an upload hangs (the object store holds every byte) serves
+/// again as soon as its lease comes back: the hung delta is given up when the lease runs out
+/// and the final snapshot is bounded by the lease, not by the store client's timeouts (which
+/// held a host's restart for 20-40 s on a lossy link).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lapsed_lease_does_not_wait_for_a_hung_upload() {
+    use nix::sys::signal::Signal;
+    let dir = tempfile::tempdir().unwrap();
+    let (_moto, proxy, backup) = store_behind_proxy(dir.path());
+    let mut ring = Ring::prepare(RingOptions {
+        driver: garden_ring_tests::etcd::driver_with_deltas(3_600_000, 200),
+        ..RingOptions::default()
+    });
+    for p in &mut ring.procs {
+        p.config.backup = backup.clone();
+        // The others freeze for longer than a lease: nothing may move meanwhile.
+        p.config.timing.member_suspect_ms = 4_000;
+        p.config.timing.member_lost_ms = 8_000;
+        p.spawn();
+    }
+    wait_all_healthy(&ring).await;
+    let backups = s3_backups("cp8");
+    let req = etcd_control_plane("cp8", "a", &backups["a"], backups.clone());
+    add_control_plane(&ring.client(), req).await.unwrap();
+    let cp = running_on(&ring, "cp8", "a").await;
+    let etcd = etcd_at(&cp, "a").await;
+    let (mut written, last_revision) = put_keys(&etcd, "h", 50).await;
+    snapshot_holding(&backups["a"], &backup, last_revision).await;
+
+    // Every upload from now on hangs; a write makes sure a delta is cut (and hangs).
+    proxy.stall();
+    etcd.put(b"/registry/stalled", b"v").await.unwrap();
+    written.insert("/registry/stalled".to_string());
+    let ended = || ring.procs[0].log().matches("etcd instance ended").count();
+    let ended_before = ended();
+    // The others freeze: a cannot renew, and its lease runs out.
+    let lease = Duration::from_millis(ring.procs[0].config.timing.lease_ms);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    ring.procs[1].signal(Signal::SIGSTOP);
+    ring.procs[2].signal(Signal::SIGSTOP);
+    eventually(
+        lease * 6,
+        "a's instance ends on its lapsed lease",
+        || async { (ended() > ended_before).then_some(()) },
+    )
+    .await;
+    ring.procs[1].signal(Signal::SIGCONT);
+    ring.procs[2].signal(Signal::SIGCONT);
+    let thawed = Instant::now();
+    eventually(
+        Duration::from_secs(10),
+        "cp8 serves again at a (a write is acknowledged)",
+        || async {
+            let etcd = EtcdClient::connect(&format!("http://{}", cp.endpoints["a"]), fast())
+                .await
+                .ok()?;
+            etcd.put(b"/registry/back", b"v").await.ok()
+        },
+    )
+    .await;
+    let back_ms = thawed.elapsed().as_millis();
+    written.insert("/registry/back".to_string());
+    let log = ring.procs[0].log();
+    assert!(
+        log.contains("delta snapshot given up: the lease is running out")
+            || log.contains("the lease ran out before the final snapshot was stored"),
+        "the hung upload was not given up:\n{log}"
+    );
+    let now = cps(&ring, &[0, 1, 2]).await.remove("cp8").unwrap();
+    assert_eq!((now.host.as_str(), now.epoch), ("a", cp.epoch), "cp8 moved");
+    let got = keys_at(&now, "a").await;
+    let missing: Vec<_> = written.difference(&got).collect();
+    assert!(missing.is_empty(), "missing: {missing:?}");
+    proxy.restore();
+    println!(
+        "hung upload: the instance ended on the lapse; serving again {back_ms} ms after the others thawed"
     );
 }
 

@@ -31,6 +31,7 @@
 //! - [`history`]: the bounded record of who did what, when and why.
 //! - [`timing`]: [`Timing`](timing::Timing), the Raft and failure-detection timings.
 //! - [`health`]: a member's health judged from its silence.
+//! - [`renewal`]: which of a member's lease renewals the leader may learn from (rounds, copies).
 //! - [`controller`]: the leader's decisions (moves, placements, fences) from the state and what
 //!   it observed; [`agent`]: a member's decisions about the workloads its leases cover.
 //! - [`operator`]: the operator's moves (drain, switchover, failover), planned.
@@ -59,6 +60,7 @@ pub mod migration;
 pub mod names;
 pub mod operator;
 pub mod placement;
+pub mod renewal;
 pub mod state;
 #[cfg(test)]
 pub(crate) mod testing;

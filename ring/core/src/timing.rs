@@ -81,6 +81,17 @@ impl Timing {
         self.lease_ms / 2
     }
 
+    /// How long a renewal waits for its answer before the agent sends a copy of it on another
+    /// connection to the leader: a quarter of the renewal interval, at least 10 ms. One lost
+    /// packet stalls a TCP connection for at least its 200 ms retransmission timeout (and more
+    /// after each further loss), which a lossy link makes common; a copy on another connection
+    /// usually gets through meanwhile. At rest an answer comes within milliseconds, so copies
+    /// are sent only under loss or load. Eight of these make a renewal's timeout
+    /// ([`Timing::renew_timeout_ms`]): one copy per connection the agent keeps to the leader.
+    pub fn renew_hedge_ms(&self) -> u64 {
+        (self.renew_interval_ms() / 4).max(10)
+    }
+
     /// How long a freshly started `ringd` waits before its first renewal: a lease and the
     /// fence time, so that guards a previous run left behind have stopped their workloads.
     pub fn start_fence_wait_ms(&self) -> u64 {
@@ -135,7 +146,7 @@ impl Timing {
         if self.lease_ms < 2_000 {
             warnings.push(format!(
                 "timing.lease_ms = {} is under 2000: a host fences its control planes when its \
-                 renewals fail for {} ms (a cut of its links, or 30% packet loss, measured with a \
+                 renewals fail for {} ms (a cut of its links, or 50% packet loss, measured with a \
                  1000 ms lease), and restarting a fenced etcd takes 1 to 2 s more; fine on one \
                  machine, fragile across zones",
                 self.lease_ms,

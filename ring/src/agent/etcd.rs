@@ -24,7 +24,10 @@
 //!    acknowledged after that), take a **final** snapshot (`.final`; again only after the
 //!    marker check), stop etcd. The member keeps reporting the control plane as running
 //!    until this is done, so a planned switchover's new host waits for the final snapshot:
-//!    nothing acknowledged is lost.
+//!    nothing acknowledged is lost. When the lease runs out, a delta upload in flight is given
+//!    up (its events stay for the final one) and the final snapshot must be stored before the
+//!    lease's deadline: an upload hung on a bad link must not hold up the instance's end, and
+//!    with it the restart once the lease comes back.
 //!
 //! While preparing, the instance reports the migration's step (`copying`, `restoring`,
 //! `starting`), the bytes copied, the snapshot restored and the data-loss window (the
@@ -1188,7 +1191,20 @@ async fn behind_gate(
             _ = tokio::time::sleep_until(next_delta), if delta_period_ms > 0 && backups.watching() => {
                 last_cut_failed = false;
                 let cut = backups.cut(deadline, false);
-                match forwarding_deadlines(&mut backend, &mut deadline_for_guard, cut).await {
+                // Given up when the lease runs out (an upload over a bad link can hang for
+                // its whole timeout): the instance must stop in time; the events stay pending
+                // for the final delta (a cut records nothing until its upload is stored).
+                let Some(cut) = within_lease(
+                    forwarding_deadlines(&mut backend, &mut deadline_for_guard, cut),
+                    deadline,
+                    margin_ms,
+                )
+                .await
+                else {
+                    tracing::warn!("delta snapshot given up: the lease is running out");
+                    break Ending::LeaseRunningOut;
+                };
+                match cut {
                     Ok(Stored::Taken(taken)) => tracing::debug!("delta snapshot {} ({} bytes)", taken.location, taken.stored_size_bytes),
                     Ok(Stored::Lost(lost)) => break Ending::Lost(lost),
                     Ok(Stored::Nothing) => {}
@@ -1267,7 +1283,25 @@ async fn behind_gate(
     shared.set_phase(InstancePhase::Stopping);
     match &ending {
         Ending::Stopped | Ending::LeaseRunningOut => {
-            match backups.final_cut(deadline, margin_ms / 2).await {
+            let final_cut = backups.final_cut(deadline, margin_ms / 2);
+            let final_cut = if matches!(ending, Ending::LeaseRunningOut) {
+                // Within the lease as it stands now, whatever renewals come: the guard is
+                // not extended any more and stops etcd at this deadline, and after it a new
+                // host may follow (an upload over a bad link could hang for its whole
+                // timeout, holding up the restart of a member whose lease comes back). The
+                // deltas already stored are what a new host gets: the RPO of a fence.
+                let left_ms = deadline.borrow().saturating_sub(monotonic_ms());
+                tokio::time::timeout(Duration::from_millis(left_ms), final_cut)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Ok(Stored::Lost(
+                            "the lease ran out before the final snapshot was stored".to_string(),
+                        ))
+                    })
+            } else {
+                final_cut.await
+            };
+            match final_cut {
                 Ok(Stored::Taken(taken)) => {
                     tracing::info!(
                         "final snapshot {} at revision {}",
@@ -1344,6 +1378,20 @@ async fn forwarding_deadlines<T>(
                 backend.set_deadline(d).await;
             }
         }
+    }
+}
+
+/// Runs `work` until less than `margin_ms` of the lease `deadline` holds is left (None then:
+/// `work` is dropped unfinished).
+async fn within_lease<T>(
+    work: impl std::future::Future<Output = T>,
+    deadline: &watch::Receiver<u64>,
+    margin_ms: u64,
+) -> Option<T> {
+    let mut lease = deadline.clone();
+    tokio::select! {
+        out = work => Some(out),
+        () = lease_runs_out(&mut lease, margin_ms) => None,
     }
 }
 

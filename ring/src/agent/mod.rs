@@ -1,6 +1,14 @@
-//! The agent every member runs: it renews this member's lease with the leader, one request at a
+//! The agent every member runs: it renews this member's lease with the leader, one round at a
 //! time, and makes the workloads match the grant ([`crate::core::agent::reconcile`]) through
 //! the driver ([`driver`]).
+//!
+//! A round's request goes to the leader on one of the connections to it ([`PEER_LANES`], the
+//! first rotating from round to round so that all stay warm); when no answer came within
+//! [`Timing::renew_hedge_ms`] (or the connection failed) a copy goes on the next, up to one per
+//! connection, and the first answer wins. A lost packet stalls one TCP connection for at least
+//! its 200 ms retransmission timeout; the copies keep a lossy link from lapsing the lease. Every
+//! copy names the round ([`crate::core::renewal`]), so the leader records each round once and
+//! never a late copy of an earlier one.
 //!
 //! Without a fresh grant it starts and extends nothing; each workload's guard then stops it at
 //! the deadline of the last grant, whatever `ringd` is doing (DESIGN.md rule 1).
@@ -29,9 +37,10 @@ use tracing::Instrument as _;
 
 use crate::core::Timing;
 use crate::core::agent::{Action, Grant, Memory, ReplicaAction, reconcile, reconcile_replicas};
+use crate::core::renewal::RenewRound;
 use crate::leases::LeaseDesk;
 use crate::raft::contact::LeaderContact;
-use crate::raft::network::PeerNetwork;
+use crate::raft::network::{CallError, PEER_LANES, PeerNetwork};
 use crate::raft::types::{EarlierLeaderContact, RenewReply, RenewRequest};
 use crate::raft::{NodeId, RaftNode, StateMachineStore};
 use crate::time::monotonic_ms;
@@ -86,6 +95,23 @@ pub struct Agent {
     /// A grant could not be acted on because this member's state had not applied it yet:
     /// renew again as soon as it applies more.
     deferred: bool,
+    /// This process's run and the last round's number in it (see [`RenewRound`]).
+    run: u64,
+    seq: u64,
+}
+
+/// A run id for this process: random, so a restarted member never repeats one.
+fn new_run() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    hasher.finish()
 }
 
 impl Agent {
@@ -119,6 +145,8 @@ impl Agent {
             reported_healthy: BTreeMap::new(),
             again: false,
             deferred: false,
+            run: new_run(),
+            seq: 0,
         }
     }
 
@@ -169,11 +197,62 @@ impl Agent {
                 .map_err(|s| RenewError::Refused(s.message().to_string()));
         }
         let node = node.ok_or(RenewError::NoAddress { leader })?;
-        Ok(self
-            .network
-            .client(leader, &node)
-            .renew(&request, timeout)
-            .await?)
+        let round = request.round.map(|r| r.seq).unwrap_or_default();
+        // Rotate the first connection, so that every one carries traffic and stays warm.
+        let first_lane = usize::try_from(round % PEER_LANES as u64).unwrap_or(0);
+        let hedge = Duration::from_millis(self.timing.renew_hedge_ms());
+        let deadline = tokio::time::Instant::now() + timeout;
+        let request = &request;
+        let network = &self.network;
+        let copy = |k: usize| {
+            let mut client = network.client_on_lane(leader, &node, first_lane + k);
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            async move { client.renew(request, left).await }
+        };
+        let mut in_flight = futures::stream::FuturesUnordered::new();
+        let mut sent = 0usize;
+        let mut next_copy_at = tokio::time::Instant::now();
+        let mut last_error = None;
+        loop {
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                break;
+            }
+            if sent < PEER_LANES && now >= next_copy_at {
+                in_flight.push(copy(sent));
+                sent += 1;
+                next_copy_at = now + hedge;
+            }
+            if in_flight.is_empty() {
+                break;
+            }
+            let wake = if sent < PEER_LANES {
+                next_copy_at.min(deadline)
+            } else {
+                deadline
+            };
+            tokio::select! {
+                Some(result) = futures::StreamExt::next(&mut in_flight) => match result {
+                    Ok(reply) => return Ok(reply),
+                    // The leader answered with a failure: a copy would get the same.
+                    Err(e @ CallError::Network(_)) => return Err(e.into()),
+                    // This connection failed: the next copy goes now.
+                    Err(e @ CallError::Unreachable(_)) => {
+                        last_error = Some(e);
+                        next_copy_at = tokio::time::Instant::now();
+                    }
+                },
+                () = tokio::time::sleep_until(wake) => {}
+            }
+        }
+        Err(last_error
+            .unwrap_or_else(|| {
+                CallError::Unreachable(format!(
+                    "no answer from the leader in {} ms on {sent} connections",
+                    timeout.as_millis()
+                ))
+            })
+            .into())
     }
 
     /// One round: renew, then act on the grant.
@@ -189,8 +268,13 @@ impl Agent {
             ms_ago: u64::try_from(self.contact.earlier_than(term).elapsed().as_millis())
                 .unwrap_or(u64::MAX),
         };
+        self.seq += 1;
         let reply = self
             .renew(RenewRequest {
+                round: Some(RenewRound {
+                    run: self.run,
+                    seq: self.seq,
+                }),
                 earlier_leader: Some(earlier_leader),
                 running: running.clone(),
                 healthy: healthy.clone(),

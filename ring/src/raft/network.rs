@@ -71,11 +71,21 @@ pub fn is_removed(status: &tonic::Status) -> bool {
 /// A cached channel: (address, member name) it was made for, and the channel.
 type CachedChannel = ((String, String), Channel);
 
+/// How many connections a member keeps to each peer: lane 0 carries Raft (and everything
+/// else), and lease renewals rotate over all of them and send their hedged copies on another
+/// (see [`crate::core::renewal`]). A lost packet stalls one TCP connection for its
+/// retransmission timeout; a copy on another connection is not stuck behind it. Eight: with
+/// a copy every [`crate::core::Timing::renew_hedge_ms`], they spread over the renewal's
+/// timeout; with four, 30% loss still lapsed a 1-2 s lease in 2 of 4 one-minute runs (a
+/// round fails only when all its copies do, and one failed round ends a lease).
+pub const PEER_LANES: usize = 8;
+
 /// Shared per-peer state: channels, reachability, and whether a peer told us we were removed.
 pub struct PeerPool {
     security: Security,
-    /// Per peer: the channel, and the address and member name it was made for.
-    channels: Mutex<HashMap<NodeId, CachedChannel>>,
+    /// Per peer and lane (below [`PEER_LANES`]): the channel, and the address and member name
+    /// it was made for.
+    channels: Mutex<HashMap<(NodeId, usize), CachedChannel>>,
     unreachable: Mutex<HashMap<NodeId, String>>,
     removed: watch::Sender<Option<String>>,
     /// This member's ring generation (`RingState::generation`), sent with every request.
@@ -123,9 +133,21 @@ impl PeerPool {
         name: &str,
         address: &str,
     ) -> Result<Channel, tonic::transport::Error> {
+        self.channel_on_lane(target, name, address, 0)
+    }
+
+    /// Like [`PeerPool::channel`], on connection `lane` (below [`PEER_LANES`]) of the peer.
+    pub fn channel_on_lane(
+        &self,
+        target: NodeId,
+        name: &str,
+        address: &str,
+        lane: usize,
+    ) -> Result<Channel, tonic::transport::Error> {
+        assert!(lane < PEER_LANES, "lane {lane} of {PEER_LANES}");
         let mut channels = lock(&self.channels);
         let key = (address.to_string(), name.to_string());
-        if let Some((cached, channel)) = channels.get(&target)
+        if let Some((cached, channel)) = channels.get(&(target, lane))
             && *cached == key
         {
             return Ok(channel.clone());
@@ -140,7 +162,7 @@ impl PeerPool {
                     .keep_alive_timeout(Duration::from_secs(5))
             },
         )?;
-        channels.insert(target, (key, channel.clone()));
+        channels.insert((target, lane), (key, channel.clone()));
         Ok(channel)
     }
 
@@ -182,12 +204,18 @@ impl PeerNetwork {
 impl PeerNetwork {
     /// A client for one peer, outside openraft (for [`PeerClient::ping`]).
     pub fn client(&self, target: NodeId, node: &MemberNode) -> PeerClient {
+        self.client_on_lane(target, node, 0)
+    }
+
+    /// A client for one peer on connection `lane` (below [`PEER_LANES`]).
+    pub fn client_on_lane(&self, target: NodeId, node: &MemberNode, lane: usize) -> PeerClient {
         PeerClient {
             me: self.me,
             target,
             node: node.clone(),
             pool: self.pool.clone(),
             pipelined: true,
+            lane: lane % PEER_LANES,
         }
     }
 
@@ -207,6 +235,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             node: node.clone(),
             pool: self.pool.clone(),
             pipelined: true,
+            lane: 0,
         }
     }
 }
@@ -221,6 +250,8 @@ pub struct PeerClient {
     /// Whether replication uses the `StreamAppend` RPC; cleared when the peer lacks it (an
     /// older version), for the life of this client (one leadership term's replication).
     pipelined: bool,
+    /// Which of the peer's connections it uses (below [`PEER_LANES`]; Raft's is 0).
+    lane: usize,
 }
 
 /// Why a call to a peer failed: it could not be reached (no connection, no answer in time:
@@ -269,7 +300,7 @@ impl PeerClient {
     fn client(&self) -> Result<RaftClient<Channel>, CallError> {
         let channel = self
             .pool
-            .channel(self.target, &self.node.name, &self.node.address)
+            .channel_on_lane(self.target, &self.node.name, &self.node.address, self.lane)
             .map_err(|e| {
                 CallError::Unreachable(format!("bad peer address {}: {e}", self.node.address))
             })?;

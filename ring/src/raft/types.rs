@@ -137,6 +137,10 @@ pub struct RenewRequest {
     /// election).
     #[serde(default)]
     pub earlier_leader: Option<EarlierLeaderContact>,
+    /// Which round of this member's renewals this is; every copy of a round carries the same
+    /// (see [`crate::core::renewal`]). `None` from a member that predates it.
+    #[serde(default)]
+    pub round: Option<crate::core::renewal::RenewRound>,
 }
 
 /// A member's last accepted contact with a leader of a term below `term`, as it sends it.
