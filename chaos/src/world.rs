@@ -168,8 +168,8 @@ pub fn find_tool(name: &str) -> anyhow::Result<PathBuf> {
 pub const TIMING_PROFILES: [&str; 3] = ["loopback", "tight", "production"];
 
 /// The timings of profile `name` (one of [`TIMING_PROFILES`]): `loopback` (lease 1 s, member
-/// lost after 2 s), `tight` (lease 2 s, fence 1 s, member lost after 4 s: the shortest that a
-/// cut of a zone's links or 30% packet loss does not fence, for zones a few ms apart), and
+/// lost after 2 s), `tight` (lease 2 s, fence 1 s, member lost after 4 s: half the production
+/// RTO; chaos/results/lossy-link.md has what it rides out), and
 /// `production` (the defaults: lease 4 s, fence 2 s, member lost after 8 s).
 pub fn timing_profile(name: &str) -> garden_ring::config::Timing {
     use garden_ring::config::Timing;
