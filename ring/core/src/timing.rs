@@ -146,9 +146,9 @@ impl Timing {
         if self.lease_ms < 2_000 {
             warnings.push(format!(
                 "timing.lease_ms = {} is under 2000: a host fences its control planes when its \
-                 renewals fail for {} ms (a cut of its links, or 50% packet loss, measured with a \
-                 1000 ms lease), and restarting a fenced etcd takes 1 to 2 s more; fine on one \
-                 machine, fragile across zones",
+                 renewals fail for {} ms (a cut of its links, or 50% packet loss: writes refused \
+                 for 6.6 s, measured with a 1000 ms lease); fine on one machine, fragile across \
+                 zones",
                 self.lease_ms,
                 self.lease_ms
                     .saturating_sub(self.self_fence_margin_ms() + self.renew_interval_ms())

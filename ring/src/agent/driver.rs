@@ -27,10 +27,10 @@ use std::sync::Arc;
 use super::backup_status::BackupStatuses;
 use super::etcd::{EtcdInstance, EtcdRuntime, InstancePhase, SnapshotTimes};
 use super::etcd_replica::EtcdReplica;
-use super::workload::Guard;
 pub use super::workload::{
     ClusterDuty, DriverError, MigrationTarget, PendingChange, ReplicaTarget, Target,
 };
+use super::workload::{Guard, GuardLimits};
 use crate::config::{Config, DriverKind, DriverSettings};
 use crate::core::etcd_cluster::ReplicaKey;
 use crate::time::monotonic_ms;
@@ -268,7 +268,7 @@ impl Workloads {
         ];
         let guard = Guard::spawn(
             &self.guard_binary,
-            self.fence_ms,
+            GuardLimits::fence(self.fence_ms),
             &self.settings.run,
             &env,
             deadline_ms,

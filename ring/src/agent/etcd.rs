@@ -26,8 +26,13 @@
 //!    until this is done, so a planned switchover's new host waits for the final snapshot:
 //!    nothing acknowledged is lost. When the lease runs out, a delta upload in flight is given
 //!    up (its events stay for the final one) and the final snapshot must be stored before the
-//!    lease's deadline: an upload hung on a bad link must not hold up the instance's end, and
-//!    with it the restart once the lease comes back.
+//!    lease's deadline: an upload hung on a bad link must not hold up the instance's end.
+//! 5. **Hold** (the lease ran out, an own etcd): at the deadline the guard *freezes* etcd
+//!    (SIGSTOP: it answers nothing, the gate is closed anyway) and holds it for up to
+//!    `member_lost_ms`, after which the ring may have moved the control plane and the guard
+//!    stops it. A fresh grant at this epoch within the hold thaws it and opens the gate again:
+//!    a lease that lapsed for a moment (a cut, heavy loss) costs no etcd restart. The grant
+//!    going elsewhere stops it as in 4.
 //!
 //! While preparing, the instance reports the migration's step (`copying`, `restoring`,
 //! `starting`), the bytes copied, the snapshot restored and the data-loss window (the
@@ -50,7 +55,7 @@ pub use super::etcd_runtime::{EtcdRuntime, SnapshotTimes};
 use super::gate::Gate;
 use super::lease::lease_runs_out;
 use super::workload::ClusterDuty;
-use super::workload::{DriverError, Guard, Target};
+use super::workload::{DriverError, Guard, GuardLimits, Target};
 use crate::backup::copy::{CopyOptions, CopyProgress};
 use crate::backup::etcd::{EtcdClient, EtcdClientOptions};
 use crate::backup::location::BackupLocation;
@@ -77,7 +82,8 @@ pub enum InstancePhase {
     Preparing,
     /// etcd runs behind an open gate.
     Serving,
-    /// The gate is closed; the final snapshot is being taken and etcd stopped.
+    /// The gate is closed; the final snapshot is being taken and etcd stopped (or, after a
+    /// lapsed lease, frozen until the lease comes back).
     Stopping,
     /// Nothing runs any more.
     Ended,
@@ -787,9 +793,16 @@ async fn serve(
         ("GARDEN_RING_MEMBER", runtime.member.clone()),
     ];
     let deadline_ms = *deadline.borrow();
+    // Frozen, not stopped, when the lease runs out: the endpoint (the gate, closed then) is the
+    // only way to this etcd, and a lease that comes back thaws it without a restart. After
+    // `member_lost_ms` the ring may have moved it: then it goes.
+    let limits = GuardLimits {
+        fence_ms: runtime.timing.fence_ms,
+        hold_ms: runtime.timing.member_lost_ms,
+    };
     let mut guard = Guard::spawn(
         &runtime.guard_binary,
-        runtime.timing.fence_ms,
+        limits,
         &argv,
         &env,
         deadline_ms,
@@ -1138,201 +1151,270 @@ async fn behind_gate(
     // Whether another full snapshot must follow the running one (a defragmentation came
     // meanwhile). Other reasons (the interval, compaction, a lost watch) the running one meets.
     let mut full_after_job = false;
-    let ending = loop {
-        tokio::select! {
-            _ = stopped(stop) => break Ending::Stopped,
-            _ = lease_runs_out(deadline, margin_ms) => break Ending::LeaseRunningOut,
-            status = backend.ended() => break Ending::Exited(status),
-            changed = deadline_for_guard.changed() => {
-                if changed.is_ok() {
-                    let d = *deadline_for_guard.borrow_and_update();
-                    backend.set_deadline(d).await;
-                }
-            }
-            _ = tokio::time::sleep_until(next_full), if full_job.is_none() => {
-                full_job = Some(FullJob {
-                    started_unix_ms: unix_ms(),
-                    handle: tokio::spawn(backups.full_job(deadline).in_current_span()),
-                });
-            }
-            joined = async { (&mut full_job.as_mut().expect("guarded").handle).await }, if full_job.is_some() => {
-                let started_unix_ms = full_job.take().map_or(0, |job| job.started_unix_ms);
-                let stored = joined.unwrap_or_else(|e| Err(StoreError::Task(e.to_string())));
-                if let Ok(stored) = &stored {
-                    backups.full_done(stored, started_unix_ms, false).await;
-                }
-                let next_interval = if std::mem::take(&mut full_after_job) {
-                    Duration::ZERO
-                } else {
-                    full_interval
-                };
-                match stored {
-                    Ok(Stored::Taken(taken)) => {
-                        tracing::debug!("full snapshot {} ({} bytes)", taken.location, taken.stored_size_bytes);
-                        next_full = tokio::time::Instant::now() + next_interval;
-                    }
-                    Ok(Stored::Lost(lost)) => break Ending::Lost(lost),
-                    Ok(Stored::Nothing) => next_full = tokio::time::Instant::now() + next_interval,
-                    Err(e) => {
-                        tracing::warn!("full snapshot failed: {e}; again in {} ms", full_retry.as_millis());
-                        next_full = tokio::time::Instant::now() + full_retry;
+    let ending = 'serve: loop {
+        let ending = loop {
+            tokio::select! {
+                _ = stopped(stop) => break Ending::Stopped,
+                _ = lease_runs_out(deadline, margin_ms) => break Ending::LeaseRunningOut,
+                status = backend.ended() => break Ending::Exited(status),
+                changed = deadline_for_guard.changed() => {
+                    if changed.is_ok() {
+                        let d = *deadline_for_guard.borrow_and_update();
+                        backend.set_deadline(d).await;
                     }
                 }
-                publish(runtime, target, &backups);
-            }
-            message = backups.next_message() => {
-                if let Some(why) = backups.on_message(message) {
-                    tracing::warn!("{why}: a full snapshot now, so that no revision is left out");
-                    next_full = tokio::time::Instant::now();
-                } else if backups.over_memory_limit() && !last_cut_failed {
-                    next_delta = tokio::time::Instant::now();
+                _ = tokio::time::sleep_until(next_full), if full_job.is_none() => {
+                    full_job = Some(FullJob {
+                        started_unix_ms: unix_ms(),
+                        handle: tokio::spawn(backups.full_job(deadline).in_current_span()),
+                    });
                 }
-            }
-            _ = tokio::time::sleep_until(next_delta), if delta_period_ms > 0 && backups.watching() => {
-                last_cut_failed = false;
-                let cut = backups.cut(deadline, false);
-                // Given up when the lease runs out (an upload over a bad link can hang for
-                // its whole timeout): the instance must stop in time; the events stay pending
-                // for the final delta (a cut records nothing until its upload is stored).
-                let Some(cut) = within_lease(
-                    forwarding_deadlines(&mut backend, &mut deadline_for_guard, cut),
-                    deadline,
-                    margin_ms,
-                )
-                .await
-                else {
-                    tracing::warn!("delta snapshot given up: the lease is running out");
-                    break Ending::LeaseRunningOut;
-                };
-                match cut {
-                    Ok(Stored::Taken(taken)) => tracing::debug!("delta snapshot {} ({} bytes)", taken.location, taken.stored_size_bytes),
-                    Ok(Stored::Lost(lost)) => break Ending::Lost(lost),
-                    Ok(Stored::Nothing) => {}
-                    Err(e) => {
-                        // Its events go into the next one; no retry before the next period,
-                        // however many events come meanwhile.
-                        tracing::warn!("delta snapshot failed: {e}; its events go into the next one");
-                        last_cut_failed = true;
+                joined = async { (&mut full_job.as_mut().expect("guarded").handle).await }, if full_job.is_some() => {
+                    let started_unix_ms = full_job.take().map_or(0, |job| job.started_unix_ms);
+                    let stored = joined.unwrap_or_else(|e| Err(StoreError::Task(e.to_string())));
+                    if let Ok(stored) = &stored {
+                        backups.full_done(stored, started_unix_ms, false).await;
+                    }
+                    let next_interval = if std::mem::take(&mut full_after_job) {
+                        Duration::ZERO
+                    } else {
+                        full_interval
+                    };
+                    match stored {
+                        Ok(Stored::Taken(taken)) => {
+                            tracing::debug!("full snapshot {} ({} bytes)", taken.location, taken.stored_size_bytes);
+                            next_full = tokio::time::Instant::now() + next_interval;
+                        }
+                        Ok(Stored::Lost(lost)) => break Ending::Lost(lost),
+                        Ok(Stored::Nothing) => next_full = tokio::time::Instant::now() + next_interval,
+                        Err(e) => {
+                            tracing::warn!("full snapshot failed: {e}; again in {} ms", full_retry.as_millis());
+                            next_full = tokio::time::Instant::now() + full_retry;
+                        }
+                    }
+                    publish(runtime, target, &backups);
+                }
+                message = backups.next_message() => {
+                    if let Some(why) = backups.on_message(message) {
+                        tracing::warn!("{why}: a full snapshot now, so that no revision is left out");
+                        next_full = tokio::time::Instant::now();
+                    } else if backups.over_memory_limit() && !last_cut_failed {
+                        next_delta = tokio::time::Instant::now();
                     }
                 }
-                if let Some(why) = backups.compaction_due() {
-                    // A restore replays every delta since the full snapshot: bound them.
-                    tracing::info!("{why}: a full snapshot now (compaction)");
-                    next_full = tokio::time::Instant::now();
-                }
-                next_delta = tokio::time::Instant::now() + delta_period;
-                publish(runtime, target, &backups);
-            }
-            _ = tokio::time::sleep_until(next_gc), if gc_period_ms > 0 => {
-                let hold = shared.view().gc_hold.clone();
-                let collect = etcd_gc::collect(&backups, deadline, retention, hold);
-                let collected = forwarding_deadlines(&mut backend, &mut deadline_for_guard, collect).await;
-                let held = |backups: &mut Backups, why: String| {
-                    backups
-                        .gc
-                        .get_or_insert_with(|| GcReport {
-                            policy: etcd_gc::policy_name(retention),
-                            ..GcReport::default()
-                        })
-                        .held = why;
-                };
-                match collected {
-                    Ok(Collected::Ran(report)) => backups.gc = Some(report),
-                    Ok(Collected::Held(why)) => {
-                        tracing::debug!("garbage collection held: {why}");
-                        held(&mut backups, why);
-                    }
-                    Ok(Collected::Lost(lost)) => break Ending::Lost(lost),
-                    Err(e) => {
-                        tracing::warn!("garbage collection failed: {e}; again in {gc_period_ms} ms");
-                        backups.count_gc(0, 0, 1);
-                        held(&mut backups, crate::core::migration::note_text(&format!("failed: {e}")));
-                    }
-                }
-                next_gc = tokio::time::Instant::now() + Duration::from_millis(gc_period_ms);
-                publish(runtime, target, &backups);
-            }
-            _ = tokio::time::sleep_until(next_defrag), if defrag_interval_ms > 0 => {
-                let defrag = defragment(&client, runtime.timing.lease_ms, runtime.settings.restore_timeout_ms);
-                let report = forwarding_deadlines(&mut backend, &mut deadline_for_guard, defrag).await;
-                if report.is_some() {
-                    // A full snapshot follows a defragmentation (as Gardener's does): the
-                    // compacted database is the new base of the chain (after the one running,
-                    // which read the database before).
-                    next_full = tokio::time::Instant::now();
-                    full_after_job = full_job.is_some();
-                }
-                backups.defrag = report.or(backups.defrag.take());
-                next_defrag = tokio::time::Instant::now() + Duration::from_millis(defrag_interval_ms);
-                publish(runtime, target, &backups);
-            }
-            _ = health.tick() => {
-                let ok = backend.answers(&client).await;
-                set_healthy(shared, ok);
-            }
-            _ = change_tick.tick(), if fronts_replica => {
-                backend.keep_cluster(&client, shared, runtime.peer_scheme()).await;
-            }
-        }
-    };
-
-    // A full snapshot still running is given up: the final delta holds what it would.
-    drop(full_job);
-    // No client reaches etcd from here on.
-    shared.close_gate().await;
-    shared.set_phase(InstancePhase::Stopping);
-    match &ending {
-        Ending::Stopped | Ending::LeaseRunningOut => {
-            let final_cut = backups.final_cut(deadline, margin_ms / 2);
-            let final_cut = if matches!(ending, Ending::LeaseRunningOut) {
-                // Within the lease as it stands now, whatever renewals come: the guard is
-                // not extended any more and stops etcd at this deadline, and after it a new
-                // host may follow (an upload over a bad link could hang for its whole
-                // timeout, holding up the restart of a member whose lease comes back). The
-                // deltas already stored are what a new host gets: the RPO of a fence.
-                let left_ms = deadline.borrow().saturating_sub(monotonic_ms());
-                tokio::time::timeout(Duration::from_millis(left_ms), final_cut)
+                _ = tokio::time::sleep_until(next_delta), if delta_period_ms > 0 && backups.watching() => {
+                    last_cut_failed = false;
+                    let cut = backups.cut(deadline, false);
+                    // Given up when the lease runs out (an upload over a bad link can hang for
+                    // its whole timeout): the instance must stop in time; the events stay pending
+                    // for the final delta (a cut records nothing until its upload is stored).
+                    let Some(cut) = within_lease(
+                        forwarding_deadlines(&mut backend, &mut deadline_for_guard, cut),
+                        deadline,
+                        margin_ms,
+                    )
                     .await
-                    .unwrap_or_else(|_| {
-                        Ok(Stored::Lost(
-                            "the lease ran out before the final snapshot was stored".to_string(),
-                        ))
-                    })
-            } else {
-                final_cut.await
-            };
-            match final_cut {
-                Ok(Stored::Taken(taken)) => {
-                    tracing::info!(
-                        "final snapshot {} at revision {}",
-                        taken.location,
-                        taken.revision
-                    )
+                    else {
+                        tracing::warn!("delta snapshot given up: the lease is running out");
+                        break Ending::LeaseRunningOut;
+                    };
+                    match cut {
+                        Ok(Stored::Taken(taken)) => tracing::debug!("delta snapshot {} ({} bytes)", taken.location, taken.stored_size_bytes),
+                        Ok(Stored::Lost(lost)) => break Ending::Lost(lost),
+                        Ok(Stored::Nothing) => {}
+                        Err(e) => {
+                            // Its events go into the next one; no retry before the next period,
+                            // however many events come meanwhile.
+                            tracing::warn!("delta snapshot failed: {e}; its events go into the next one");
+                            last_cut_failed = true;
+                        }
+                    }
+                    if let Some(why) = backups.compaction_due() {
+                        // A restore replays every delta since the full snapshot: bound them.
+                        tracing::info!("{why}: a full snapshot now (compaction)");
+                        next_full = tokio::time::Instant::now();
+                    }
+                    next_delta = tokio::time::Instant::now() + delta_period;
+                    publish(runtime, target, &backups);
                 }
-                Ok(Stored::Nothing) => tracing::info!(
-                    "no final snapshot needed: the delta snapshots hold everything up to revision {}",
-                    backups.covered_revision()
-                ),
-                Ok(Stored::Lost(lost)) => {
-                    tracing::warn!("no final snapshot: {lost}")
+                _ = tokio::time::sleep_until(next_gc), if gc_period_ms > 0 => {
+                    let hold = shared.view().gc_hold.clone();
+                    let collect = etcd_gc::collect(&backups, deadline, retention, hold);
+                    let collected = forwarding_deadlines(&mut backend, &mut deadline_for_guard, collect).await;
+                    let held = |backups: &mut Backups, why: String| {
+                        backups
+                            .gc
+                            .get_or_insert_with(|| GcReport {
+                                policy: etcd_gc::policy_name(retention),
+                                ..GcReport::default()
+                            })
+                            .held = why;
+                    };
+                    match collected {
+                        Ok(Collected::Ran(report)) => backups.gc = Some(report),
+                        Ok(Collected::Held(why)) => {
+                            tracing::debug!("garbage collection held: {why}");
+                            held(&mut backups, why);
+                        }
+                        Ok(Collected::Lost(lost)) => break Ending::Lost(lost),
+                        Err(e) => {
+                            tracing::warn!("garbage collection failed: {e}; again in {gc_period_ms} ms");
+                            backups.count_gc(0, 0, 1);
+                            held(&mut backups, crate::core::migration::note_text(&format!("failed: {e}")));
+                        }
+                    }
+                    next_gc = tokio::time::Instant::now() + Duration::from_millis(gc_period_ms);
+                    publish(runtime, target, &backups);
                 }
-                Err(e) => {
-                    tracing::error!(
-                        "final snapshot failed: {e}; the newest stored snapshot is what a new host gets"
-                    )
+                _ = tokio::time::sleep_until(next_defrag), if defrag_interval_ms > 0 => {
+                    let defrag = defragment(&client, runtime.timing.lease_ms, runtime.settings.restore_timeout_ms);
+                    let report = forwarding_deadlines(&mut backend, &mut deadline_for_guard, defrag).await;
+                    if report.is_some() {
+                        // A full snapshot follows a defragmentation (as Gardener's does): the
+                        // compacted database is the new base of the chain (after the one running,
+                        // which read the database before).
+                        next_full = tokio::time::Instant::now();
+                        full_after_job = full_job.is_some();
+                    }
+                    backups.defrag = report.or(backups.defrag.take());
+                    next_defrag = tokio::time::Instant::now() + Duration::from_millis(defrag_interval_ms);
+                    publish(runtime, target, &backups);
+                }
+                _ = health.tick() => {
+                    let ok = backend.answers(&client).await;
+                    set_healthy(shared, ok);
+                }
+                _ = change_tick.tick(), if fronts_replica => {
+                    backend.keep_cluster(&client, shared, runtime.peer_scheme()).await;
                 }
             }
-            publish(runtime, target, &backups);
+        };
+
+        // A full snapshot still running is given up: the final delta holds what it would.
+        let full_given_up = full_job.take().is_some();
+        // No client reaches etcd from here on.
+        shared.close_gate().await;
+        shared.set_phase(InstancePhase::Stopping);
+        match &ending {
+            Ending::Stopped | Ending::LeaseRunningOut => {
+                let final_cut = backups.final_cut(deadline, margin_ms / 2);
+                let final_cut = if matches!(ending, Ending::LeaseRunningOut) {
+                    // Within the lease as it stands now, whatever renewals come: the guard is
+                    // not extended any more and stops etcd at this deadline, and after it a new
+                    // host may follow (an upload over a bad link could hang for its whole
+                    // timeout, holding up the restart of a member whose lease comes back). The
+                    // deltas already stored are what a new host gets: the RPO of a fence.
+                    let left_ms = deadline.borrow().saturating_sub(monotonic_ms());
+                    tokio::time::timeout(Duration::from_millis(left_ms), final_cut)
+                        .await
+                        .unwrap_or_else(|_| {
+                            Ok(Stored::Lost(
+                                "the lease ran out before the final snapshot was stored"
+                                    .to_string(),
+                            ))
+                        })
+                } else {
+                    final_cut.await
+                };
+                match final_cut {
+                    Ok(Stored::Taken(taken)) => {
+                        tracing::info!(
+                            "final snapshot {} at revision {}",
+                            taken.location,
+                            taken.revision
+                        )
+                    }
+                    Ok(Stored::Nothing) => tracing::info!(
+                        "no final snapshot needed: the delta snapshots hold everything up to revision {}",
+                        backups.covered_revision()
+                    ),
+                    Ok(Stored::Lost(lost)) => {
+                        tracing::warn!("no final snapshot: {lost}")
+                    }
+                    Err(e) => {
+                        tracing::error!(
+                            "final snapshot failed: {e}; the newest stored snapshot is what a new host gets"
+                        )
+                    }
+                }
+                publish(runtime, target, &backups);
+            }
+            Ending::Lost(why) => {
+                tracing::error!("stops serving: {why}");
+            }
+            Ending::Exited(status) => {
+                tracing::warn!("etcd exited ({status}); no final snapshot")
+            }
         }
-        Ending::Lost(why) => {
-            tracing::error!("stops serving: {why}");
+        if !matches!(ending, Ending::LeaseRunningOut) || !matches!(backend, Backend::Own(_)) {
+            break 'serve ending;
         }
-        Ending::Exited(status) => {
-            tracing::warn!("etcd exited ({status}); no final snapshot")
+        // The lease ran out: the guard freezes etcd at the deadline (its hold) instead of
+        // stopping it. A fresh grant at this epoch (the quorum's word, as for any serving) thaws
+        // it and the gate opens again, without a restart.
+        match held(&mut backend, &mut deadline_for_guard, stop, margin_ms).await {
+            Held::Renewed => {}
+            Held::Stopped => break 'serve Ending::Stopped,
+            Held::Exited(status) => break 'serve Ending::Exited(status),
         }
-    }
+        match Gate::open(public, relay_to, deadline.clone()).await {
+            Ok(gate) => *shared.gate.lock().await = Some(gate),
+            Err(e) => {
+                tracing::warn!("the lease is back but the endpoint cannot open again: {e}");
+                break 'serve ending;
+            }
+        }
+        shared.set_phase(InstancePhase::Serving);
+        set_healthy(shared, true);
+        tracing::info!("the lease is back: etcd serves again on {public}, without a restart");
+        // The full snapshot given up (or a lost watch's) comes now.
+        if full_given_up || !backups.watching() {
+            next_full = tokio::time::Instant::now();
+        }
+        next_delta = tokio::time::Instant::now() + delta_period;
+    };
     backend.stop(runtime.timing.fence_ms).await;
     Ok(ending)
+}
+
+/// How a hold after a lapsed lease ended.
+enum Held {
+    /// The lease is back, with more than the margin left.
+    Renewed,
+    /// The instance must stop (its grant is gone, or nobody renews any more).
+    Stopped,
+    /// etcd ended: the guard's hold ran out, or it exited.
+    Exited(String),
+}
+
+/// Waits, with the gate closed and etcd frozen by its guard (from the lease's deadline on),
+/// until the lease is back with more than `margin_ms` left (its deadline is passed on to the
+/// guard, which thaws etcd), the instance must stop, or etcd ends.
+async fn held(
+    backend: &mut Backend,
+    deadline: &mut watch::Receiver<u64>,
+    stop: &mut watch::Receiver<bool>,
+    margin_ms: u64,
+) -> Held {
+    loop {
+        let now_deadline = *deadline.borrow_and_update();
+        if monotonic_ms() + margin_ms < now_deadline {
+            // The guard may not have seen it (it came during the final snapshot).
+            backend.set_deadline(now_deadline).await;
+            return Held::Renewed;
+        }
+        tokio::select! {
+            _ = stopped(stop) => return Held::Stopped,
+            status = backend.ended() => return Held::Exited(status),
+            changed = deadline.changed() => {
+                if changed.is_err() {
+                    return Held::Stopped;
+                }
+                let d = *deadline.borrow();
+                backend.set_deadline(d).await;
+            }
+        }
+    }
 }
 
 /// A full snapshot running in a task of its own beside the serving loop (a big etcd's takes

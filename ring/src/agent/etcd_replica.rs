@@ -29,7 +29,7 @@ use tracing::Instrument as _;
 
 use super::etcd_runtime::{EtcdRuntime, free_port, remove_dir_if_there};
 use super::lease::lease_runs_out;
-use super::workload::{Guard, ReplicaTarget};
+use super::workload::{Guard, GuardLimits, ReplicaTarget};
 use crate::backup::etcd::{EtcdClient, EtcdClientOptions};
 use crate::backup::location::BackupLocation;
 use crate::backup::restore::{RestoreOptions, RestoreTool, restore_newest};
@@ -182,7 +182,7 @@ async fn run_once(
     let deadline_ms = *deadline.borrow();
     let mut guard = match Guard::spawn(
         &runtime.guard_binary,
-        runtime.timing.fence_ms,
+        GuardLimits::fence(runtime.timing.fence_ms),
         &argv,
         &env,
         deadline_ms,

@@ -239,6 +239,24 @@ pub struct MigrationTarget {
     pub started_unix_ms: u64,
 }
 
+/// How a guard ends its workload: gone within `fence_ms` once stopped; with `hold_ms` > 0 the
+/// lease's deadline freezes it first, for up to `hold_ms` (see `ring-guard`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GuardLimits {
+    pub(crate) fence_ms: u64,
+    pub(crate) hold_ms: u64,
+}
+
+impl GuardLimits {
+    /// Stopped at the deadline, gone within `fence_ms`.
+    pub(crate) fn fence(fence_ms: u64) -> Self {
+        Self {
+            fence_ms,
+            hold_ms: 0,
+        }
+    }
+}
+
 /// A `ring-guard` process running one workload.
 pub(crate) struct Guard {
     child: Child,
@@ -250,7 +268,7 @@ impl Guard {
     /// (monotonic), with `env` set; the guard's reports go to the log.
     pub(crate) async fn spawn(
         guard_binary: &std::path::Path,
-        fence_ms: u64,
+        limits: GuardLimits,
         argv: &[String],
         env: &[(&str, String)],
         deadline_ms: u64,
@@ -258,9 +276,11 @@ impl Guard {
         epoch: u64,
     ) -> Result<Self, DriverError> {
         let mut cmd = Command::new(guard_binary);
-        cmd.arg("--fence-ms")
-            .arg(fence_ms.to_string())
-            .arg("--")
+        cmd.arg("--fence-ms").arg(limits.fence_ms.to_string());
+        if limits.hold_ms > 0 {
+            cmd.arg("--hold-ms").arg(limits.hold_ms.to_string());
+        }
+        cmd.arg("--")
             .args(argv)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

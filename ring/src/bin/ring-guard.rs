@@ -11,6 +11,14 @@
 //! later, so the workload is gone within `fence_ms`. If stdin closes (ringd died) it keeps the
 //! last deadline. It reports on stdout: `started <pid>`, then one of `fenced <ms>`,
 //! `stopped <ms>` or `exited <code> <ms>`, and exits.
+//!
+//! With `--hold-ms N` (N > 0) the deadline *freezes* the workload instead (SIGSTOP to the
+//! group: a frozen process answers nothing, at once) and holds it frozen for up to N ms,
+//! reporting `frozen <ms>`. A newer deadline within the hold thaws it (SIGCONT, `thawed <ms>`)
+//! and it runs on where it was, without a restart; `stop`, or the end of the hold, ends it as
+//! above, and so does stdin closing (nobody could thaw it any more). `ringd` uses this for an
+//! etcd that only its own endpoint serves: a lease that lapses for a moment then costs no etcd
+//! restart.
 
 use std::io::{BufRead, Write};
 use std::os::unix::process::CommandExt;
@@ -37,6 +45,8 @@ fn say(line: &str) {
 fn stop(child: &mut Child, fence_ms: u64) {
     let group = Pid::from_raw(child.id() as i32);
     let _ = killpg(group, Signal::SIGTERM);
+    // A frozen workload takes its SIGTERM once thawed.
+    let _ = killpg(group, Signal::SIGCONT);
     let give_up = monotonic_ms() + fence_ms / 2;
     while monotonic_ms() < give_up {
         if let Ok(Some(_)) = child.try_wait() {
@@ -52,23 +62,37 @@ fn stop(child: &mut Child, fence_ms: u64) {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: ring-guard --fence-ms N -- COMMAND [ARGS...]";
-    let (fence_ms, command) = match args.as_slice() {
-        [flag, n, dashes, command @ ..]
-            if flag == "--fence-ms" && dashes == "--" && !command.is_empty() =>
-        {
-            match n.parse::<u64>() {
-                Ok(n) if n > 0 => (n, command.to_vec()),
-                _ => {
-                    eprintln!("ring-guard: --fence-ms must be a positive number\n{usage}");
-                    return ExitCode::from(2);
-                }
+    let usage = "usage: ring-guard --fence-ms N [--hold-ms N] -- COMMAND [ARGS...]";
+    let Some(dashes) = args.iter().position(|a| a == "--") else {
+        eprintln!("{usage}");
+        return ExitCode::from(2);
+    };
+    let command = args[dashes + 1..].to_vec();
+    let mut fence_ms = None;
+    let mut hold_ms = 0;
+    let mut flags = args[..dashes].iter();
+    while let Some(flag) = flags.next() {
+        let value = flags.next().map(|v| v.parse::<u64>());
+        match (flag.as_str(), value) {
+            ("--fence-ms", Some(Ok(n))) if n > 0 => fence_ms = Some(n),
+            ("--hold-ms", Some(Ok(n))) => hold_ms = n,
+            ("--fence-ms", _) => {
+                eprintln!("ring-guard: --fence-ms must be a positive number\n{usage}");
+                return ExitCode::from(2);
+            }
+            ("--hold-ms", _) => {
+                eprintln!("ring-guard: --hold-ms must be a number of ms\n{usage}");
+                return ExitCode::from(2);
+            }
+            _ => {
+                eprintln!("ring-guard: unknown flag {flag}\n{usage}");
+                return ExitCode::from(2);
             }
         }
-        _ => {
-            eprintln!("{usage}");
-            return ExitCode::from(2);
-        }
+    }
+    let (Some(fence_ms), false) = (fence_ms, command.is_empty()) else {
+        eprintln!("{usage}");
+        return ExitCode::from(2);
     };
 
     let (tx, rx) = mpsc::channel();
@@ -114,7 +138,10 @@ fn main() -> ExitCode {
         }
     };
     say(&format!("started {}", child.id()));
+    let group = Pid::from_raw(child.id() as i32);
     let mut open = true;
+    // While frozen: when the hold ends.
+    let mut frozen_until: Option<u64> = None;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             say(&format!(
@@ -125,24 +152,54 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         let now = monotonic_ms();
-        if now >= deadline {
-            stop(&mut child, fence_ms);
-            say(&format!("fenced {}", monotonic_ms()));
-            return ExitCode::SUCCESS;
+        match frozen_until {
+            None if now >= deadline && hold_ms > 0 => {
+                let _ = killpg(group, Signal::SIGSTOP);
+                say(&format!("frozen {}", monotonic_ms()));
+                frozen_until = Some(now + hold_ms);
+                continue;
+            }
+            None if now >= deadline => {
+                stop(&mut child, fence_ms);
+                say(&format!("fenced {}", monotonic_ms()));
+                return ExitCode::SUCCESS;
+            }
+            Some(until) if now >= until => {
+                stop(&mut child, fence_ms);
+                say(&format!("fenced {}", monotonic_ms()));
+                return ExitCode::SUCCESS;
+            }
+            _ => {}
         }
-        let wait = Duration::from_millis((deadline - now).min(20));
+        let until = frozen_until.unwrap_or(deadline);
+        let wait = Duration::from_millis(until.saturating_sub(now).min(20));
         if !open {
             std::thread::sleep(wait);
             continue;
         }
         match rx.recv_timeout(wait) {
-            Ok(Input::Deadline(ms)) => deadline = deadline.max(ms),
+            Ok(Input::Deadline(ms)) => {
+                deadline = deadline.max(ms);
+                if frozen_until.is_some() && monotonic_ms() < deadline {
+                    let _ = killpg(group, Signal::SIGCONT);
+                    say(&format!("thawed {}", monotonic_ms()));
+                    frozen_until = None;
+                }
+            }
             Ok(Input::Stop) => {
                 stop(&mut child, fence_ms);
                 say(&format!("stopped {}", monotonic_ms()));
                 return ExitCode::SUCCESS;
             }
-            Ok(Input::Closed) | Err(mpsc::RecvTimeoutError::Disconnected) => open = false,
+            Ok(Input::Closed) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                open = false;
+                // Nobody can thaw it any more (ringd died): no hold; a frozen one goes now,
+                // so that a restarted ringd finds it gone after `lease_ms + fence_ms`.
+                hold_ms = 0;
+                if frozen_until.is_some() {
+                    frozen_until = Some(monotonic_ms());
+                }
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
     }
