@@ -28,9 +28,9 @@
 //!    up (its events stay for the final one) and the final snapshot must be stored before the
 //!    lease's deadline: an upload hung on a bad link must not hold up the instance's end.
 //! 5. **Hold** (the lease ran out, an own etcd): at the deadline the guard *freezes* etcd
-//!    (SIGSTOP: it answers nothing, the gate is closed anyway) and holds it for up to
-//!    `member_lost_ms`, after which the ring may have moved the control plane and the guard
-//!    stops it. A fresh grant at this epoch within the hold thaws it and opens the gate again:
+//!    (SIGSTOP: it answers nothing, the gate is closed anyway) and holds it for up to 4 x
+//!    `member_lost_ms` (long after the ring would have moved the control plane), then the
+//!    guard stops it. A fresh grant at this epoch within the hold thaws it and opens the gate again:
 //!    a lease that lapsed for a moment (a cut, heavy loss) costs no etcd restart. The grant
 //!    going elsewhere stops it as in 4.
 //!
@@ -53,7 +53,7 @@ use super::etcd_gc::{self, Collected};
 use super::etcd_replica::ReplicaHandle;
 pub use super::etcd_runtime::{EtcdRuntime, SnapshotTimes};
 use super::gate::Gate;
-use super::lease::lease_runs_out;
+use super::lease::{lease_ran_out, lease_runs_out};
 use super::workload::ClusterDuty;
 use super::workload::{DriverError, Guard, GuardLimits, Target};
 use crate::backup::copy::{CopyOptions, CopyProgress};
@@ -74,6 +74,8 @@ const ZONE_TOLERANT_NOTE: &str =
 const MAX_PREPARE_BACKOFF_MS: u64 = 5_000;
 /// First wait after a failed attempt to prepare, in ms.
 const FIRST_PREPARE_BACKOFF_MS: u64 = 200;
+/// How many times `member_lost_ms` an own etcd stays frozen after its lease ran out, at most.
+const HOLD_MEMBER_LOST_TIMES: u64 = 4;
 
 /// Where an instance is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -794,11 +796,17 @@ async fn serve(
     ];
     let deadline_ms = *deadline.borrow();
     // Frozen, not stopped, when the lease runs out: the endpoint (the gate, closed then) is the
-    // only way to this etcd, and a lease that comes back thaws it without a restart. After
-    // `member_lost_ms` the ring may have moved it: then it goes.
+    // only way to this etcd, and a lease that comes back thaws it without a restart. A frozen
+    // etcd serves nothing whatever happens meanwhile (only a grant at this epoch thaws it, and
+    // a move ends those), so the hold's bound only gives its memory back: four times
+    // `member_lost_ms`, long after the ring would have moved it, long enough for a lossy link
+    // whose renewals fail for seconds without the member falling silent.
     let limits = GuardLimits {
         fence_ms: runtime.timing.fence_ms,
-        hold_ms: runtime.timing.member_lost_ms,
+        hold_ms: runtime
+            .timing
+            .member_lost_ms
+            .saturating_mul(HOLD_MEMBER_LOST_TIMES),
     };
     let mut guard = Guard::spawn(
         &runtime.guard_binary,
@@ -1153,6 +1161,12 @@ async fn behind_gate(
     let mut full_after_job = false;
     let ending = 'serve: loop {
         let ending = loop {
+            // Before anything else: a branch that waited (a health check on an etcd the guard
+            // froze) may have let the lease run out, and a cut chosen now would find it run out
+            // ("not uploading") and end the instance as if it had lost ownership.
+            if monotonic_ms() + margin_ms >= *deadline.borrow() {
+                break Ending::LeaseRunningOut;
+            }
             tokio::select! {
                 _ = stopped(stop) => break Ending::Stopped,
                 _ = lease_runs_out(deadline, margin_ms) => break Ending::LeaseRunningOut,
@@ -1185,7 +1199,7 @@ async fn behind_gate(
                             tracing::debug!("full snapshot {} ({} bytes)", taken.location, taken.stored_size_bytes);
                             next_full = tokio::time::Instant::now() + next_interval;
                         }
-                        Ok(Stored::Lost(lost)) => break Ending::Lost(lost),
+                        Ok(Stored::Lost(lost)) => break lost_or_lapsed(deadline, lost),
                         Ok(Stored::Nothing) => next_full = tokio::time::Instant::now() + next_interval,
                         Err(e) => {
                             tracing::warn!("full snapshot failed: {e}; again in {} ms", full_retry.as_millis());
@@ -1220,7 +1234,7 @@ async fn behind_gate(
                     };
                     match cut {
                         Ok(Stored::Taken(taken)) => tracing::debug!("delta snapshot {} ({} bytes)", taken.location, taken.stored_size_bytes),
-                        Ok(Stored::Lost(lost)) => break Ending::Lost(lost),
+                        Ok(Stored::Lost(lost)) => break lost_or_lapsed(deadline, lost),
                         Ok(Stored::Nothing) => {}
                         Err(e) => {
                             // Its events go into the next one; no retry before the next period,
@@ -1256,7 +1270,7 @@ async fn behind_gate(
                             tracing::debug!("garbage collection held: {why}");
                             held(&mut backups, why);
                         }
-                        Ok(Collected::Lost(lost)) => break Ending::Lost(lost),
+                        Ok(Collected::Lost(lost)) => break lost_or_lapsed(deadline, lost),
                         Err(e) => {
                             tracing::warn!("garbage collection failed: {e}; again in {gc_period_ms} ms");
                             backups.count_gc(0, 0, 1);
@@ -1375,6 +1389,16 @@ async fn behind_gate(
     };
     backend.stop(runtime.timing.fence_ms).await;
     Ok(ending)
+}
+
+/// How an upload refused for `lost` ends the instance: as a lapse when the lease ran out (the
+/// uploads check it first; a grant at this epoch may come back), otherwise as lost ownership.
+fn lost_or_lapsed(deadline: &watch::Receiver<u64>, lost: String) -> Ending {
+    if lease_ran_out(deadline) {
+        Ending::LeaseRunningOut
+    } else {
+        Ending::Lost(lost)
+    }
 }
 
 /// How a hold after a lapsed lease ended.
