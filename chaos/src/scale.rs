@@ -331,7 +331,7 @@ pub async fn run(opts: &ScaleOptions) -> anyhow::Result<ScaleReport> {
 
 async fn status(client: &AdminClient) -> Option<pb::StatusResponse> {
     client
-        .call_once(pb::StatusRequest {}, &mut |mut c, r| async move {
+        .call_once(pb::StatusRequest::default(), &mut |mut c, r| async move {
             c.status(r).await
         })
         .await
@@ -570,9 +570,10 @@ async fn measure(
             "the victim is lost",
             || async {
                 let list = survivor_client
-                    .call_once(pb::MemberListRequest {}, &mut |mut c, r| async move {
-                        c.member_list(r).await
-                    })
+                    .call_once(
+                        pb::MemberListRequest::default(),
+                        &mut |mut c, r| async move { c.member_list(r).await },
+                    )
                     .await
                     .ok()?;
                 list.members
@@ -668,9 +669,10 @@ fn ms(d: Duration) -> u64 {
 
 async fn list(client: &AdminClient) -> Option<Vec<pb::ControlPlane>> {
     client
-        .call_once(pb::ControlPlaneListRequest {}, &mut |mut c, r| async move {
-            c.control_plane_list(r).await
-        })
+        .call_once(
+            pb::ControlPlaneListRequest::default(),
+            &mut |mut c, r| async move { c.control_plane_list(r).await },
+        )
         .await
         .ok()
         .map(|l| l.control_planes)

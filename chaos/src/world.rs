@@ -502,14 +502,17 @@ impl World {
     /// The ring's status as its leader sees it: every member is asked at once (500 ms
     /// each) and the answer of the one that leads at the highest term wins. A member cut off
     /// from the others answers from the state it last applied, which may be stale; it is
-    /// used only when no leader answers, the freshest (highest applied index) first.
+    /// used only when no leader answers, the freshest (highest applied index) first. Each
+    /// member answers from its own state (a stale read): the harness wants every member's own
+    /// view, at once, also of members cut off from the leader.
     pub async fn status(&self) -> Option<pb::StatusResponse> {
         let asks = self.per_member.iter().map(|client| async move {
             tokio::time::timeout(
                 Duration::from_millis(500),
-                client.call_once(pb::StatusRequest {}, &mut |mut c, r| async move {
-                    c.status(r).await
-                }),
+                client.call_once(
+                    pb::StatusRequest { stale: true },
+                    &mut |mut c, r| async move { c.status(r).await },
+                ),
             )
             .await
             .ok()
@@ -540,7 +543,10 @@ impl World {
         let index = self.member_index(name)?;
         self.per_member[index]
             .call_once(
-                pb::HistoryRequest { limit: 0 },
+                pb::HistoryRequest {
+                    limit: 0,
+                    ..Default::default()
+                },
                 &mut |mut c, r| async move { c.history(r).await },
             )
             .await

@@ -501,10 +501,9 @@ impl Demo {
         while Instant::now() < deadline {
             self.check_children()?;
             match client
-                .call(
-                    pb::StatusRequest {},
-                    |mut c, r| async move { c.status(r).await },
-                )
+                .call(pb::StatusRequest::default(), |mut c, r| async move {
+                    c.status(r).await
+                })
                 .await
             {
                 Ok(s) if s.leader_id != 0 && registered_voters(&s) == want => {
@@ -609,10 +608,9 @@ impl Demo {
             .with_request_timeout(Duration::from_secs(2));
             loop {
                 let applied = one
-                    .call(
-                        pb::StatusRequest {},
-                        |mut c, r| async move { c.status(r).await },
-                    )
+                    .call(pb::StatusRequest::default(), |mut c, r| async move {
+                        c.status(r).await
+                    })
                     .await
                     .map(|s| s.applied_index)
                     .unwrap_or(0);

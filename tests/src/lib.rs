@@ -743,10 +743,9 @@ pub fn ringctl(config: &Path, endpoints: &[String], args: &[&str]) -> Output {
 /// The `Status` of one member.
 pub async fn status(p: &Proc) -> Result<pb::StatusResponse, garden_ring::admin::ClientError> {
     p.client()
-        .call(
-            pb::StatusRequest {},
-            |mut c, r| async move { c.status(r).await },
-        )
+        .call(pb::StatusRequest::default(), |mut c, r| async move {
+            c.status(r).await
+        })
         .await
 }
 

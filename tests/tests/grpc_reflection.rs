@@ -232,7 +232,7 @@ async fn a_viewer_lists_and_resolves_the_admin_port_s_services_by_reflection() {
     // A viewer reads, but an admin-only call is still refused.
     let mut admin_client = pb::admin_client::AdminClient::new(ch.clone());
     admin_client
-        .status(pb::StatusRequest {})
+        .status(pb::StatusRequest::default())
         .await
         .expect("a viewer may read the status");
     assert_refused(
@@ -260,7 +260,7 @@ async fn a_viewer_lists_and_resolves_the_admin_port_s_services_by_reflection() {
     );
     assert_refused(
         pb::admin_client::AdminClient::new(anonymous)
-            .status(pb::StatusRequest {})
+            .status(pb::StatusRequest::default())
             .await,
         Code::Unauthenticated,
         "Status without a certificate",

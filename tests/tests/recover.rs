@@ -109,9 +109,13 @@ fn ringd_recover_after_kill(p: &Proc, extra: &[&str]) -> Output {
 /// Every history event the member `p` has, oldest first.
 async fn history(p: &Proc) -> Vec<pb::Event> {
     p.client()
-        .call(pb::HistoryRequest { limit: 0 }, |mut c, r| async move {
-            c.history(r).await
-        })
+        .call(
+            pb::HistoryRequest {
+                limit: 0,
+                ..Default::default()
+            },
+            |mut c, r| async move { c.history(r).await },
+        )
         .await
         .unwrap()
         .events

@@ -58,9 +58,13 @@ async fn three_members_elect_and_a_follower_write_reaches_all() {
     assert_ne!(cp.host, "a", "never hosted at home");
     let actions: Vec<_> = ring
         .client()
-        .call(pb::HistoryRequest { limit: 0 }, |mut c, r| async move {
-            c.history(r).await
-        })
+        .call(
+            pb::HistoryRequest {
+                limit: 0,
+                ..Default::default()
+            },
+            |mut c, r| async move { c.history(r).await },
+        )
         .await
         .unwrap()
         .events
@@ -328,10 +332,9 @@ async fn sigterm_exits_even_while_a_client_keeps_a_connection_open() {
     ring.wait_leader(&[0], &[], Duration::from_secs(20)).await;
     let client = ring.procs[0].client();
     client
-        .call(
-            pb::StatusRequest {},
-            |mut c, r| async move { c.status(r).await },
-        )
+        .call(pb::StatusRequest::default(), |mut c, r| async move {
+            c.status(r).await
+        })
         .await
         .expect("status");
     let started = Instant::now();

@@ -953,7 +953,10 @@ async fn wait_cp(
     loop {
         if let Ok(cp) = ring.members[via]
             .client()
-            .control_plane_get(pb::ControlPlaneGetRequest { name: BIG.into() })
+            .control_plane_get(pb::ControlPlaneGetRequest {
+                name: BIG.into(),
+                ..Default::default()
+            })
             .await
             .map(tonic::Response::into_inner)
             && done(&cp)
@@ -971,7 +974,10 @@ async fn wait_cp(
 async fn history(ring: &LocalRing, via: usize) -> anyhow::Result<Vec<pb::Event>> {
     Ok(ring.members[via]
         .client()
-        .history(pb::HistoryRequest { limit: 0 })
+        .history(pb::HistoryRequest {
+            limit: 0,
+            ..Default::default()
+        })
         .await?
         .into_inner()
         .events)

@@ -337,7 +337,10 @@ async fn trial(
     let history = futures::future::join_all(survivors.iter().map(|&i| async move {
         ring_ref.members[i]
             .client()
-            .history(pb::HistoryRequest { limit: 0 })
+            .history(pb::HistoryRequest {
+                limit: 0,
+                ..Default::default()
+            })
             .await
             .ok()
             .map(tonic::Response::into_inner)

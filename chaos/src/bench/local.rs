@@ -80,7 +80,7 @@ impl RingMember {
     /// Its status, or `None` when it does not answer within the channel's timeout.
     pub async fn status(&self) -> Option<pb::StatusResponse> {
         self.client()
-            .status(pb::StatusRequest {})
+            .status(pb::StatusRequest::default())
             .await
             .ok()
             .map(tonic::Response::into_inner)

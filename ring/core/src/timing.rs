@@ -126,6 +126,13 @@ impl Timing {
         self.election_timeout_max_ms * 4
     }
 
+    /// How long a linearizable read may take to learn the leader's read index and apply up to
+    /// it before the member answers from its own state instead, saying so: two of the longest
+    /// election timeouts (a read during an election waits for it, once).
+    pub fn read_index_wait_ms(&self) -> u64 {
+        self.election_timeout_max_ms * 2
+    }
+
     /// How long a leadership transfer may take: ten of the longest election timeouts.
     pub fn leader_transfer_wait_ms(&self) -> u64 {
         self.election_timeout_max_ms * 10

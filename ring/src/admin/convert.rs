@@ -80,6 +80,8 @@ pub fn control_plane(cp: &ControlPlane, state: &RingState) -> pb::ControlPlane {
                     .unwrap_or_default(),
             }
         }),
+        // Set by ControlPlaneGet, which reads one.
+        freshness: None,
     }
 }
 

@@ -1,14 +1,17 @@
 //! The operator's Admin API (`gardenring.v1.Admin`): the server every member runs and the
 //! client `ringctl` (and the tests) use.
 //!
-//! - [`service`]: the server. Reads are answered from the contacted member's applied state;
-//!   writes are forwarded to the leader, proposed through Raft and answered once applied.
+//! - [`service`]: the server. Reads are answered from the contacted member's applied state
+//!   once it has applied up to the leader's read index (or say they are stale); writes are forwarded to the leader, proposed through Raft and answered once applied.
 //! - [`client`]: a client that takes several endpoints and tries the next when one is down.
 //! - [`convert`]: core types to protobuf messages, and command errors to gRPC status codes.
+//! - [`freshness`]: reads are linearizable (a read index from the leader) unless asked stale,
+//!   and say how fresh they are.
 
 pub mod auth;
 pub mod client;
 pub mod convert;
+pub mod freshness;
 pub mod service;
 
 pub use client::{AdminClient, ClientError};

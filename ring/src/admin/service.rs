@@ -2,8 +2,9 @@
 //!
 //! Every method first asks [`caller`] whether the client may read or write (see
 //! [`super::auth`]). Reads (`Status`, lists, `History`) are answered from this member's applied
-//! state, so they work on any member, also one cut off from the leader; the response names the
-//! member and the applied index. Writes go to the leader: a follower forwards the request over
+//! state once it has applied up to the leader's read index ([`super::freshness`]), so they are
+//! linearizable on any member; a member cut off from the leader, or a client asking `stale`,
+//! gets its local state with a [`pb::ReadFreshness`] that says how stale it may be. Writes go to the leader: a follower forwards the request over
 //! the peer port (`Forward` RPC, with the client's authenticated identity) and relays the
 //! answer; a forwarded request is never forwarded again. On the leader a write is checked,
 //! proposed through Raft, and answered once it is committed and applied.
@@ -19,6 +20,7 @@ use tonic::{Request, Response, Status};
 
 use super::auth::{Access, Caller, Forwarded, caller};
 use super::convert::{command_error, control_plane, event, member, non_empty};
+use super::freshness::Reads;
 use super::{MAX_ADMIN_MESSAGE_BYTES, is_connection_failure, retry_safe};
 use crate::config::Timing;
 use crate::core::controller::Policy;
@@ -68,6 +70,7 @@ pub struct AdminService {
     policy: Policy,
     dns_ttl_s: u32,
     dns: DnsStatus,
+    reads: Reads,
 }
 
 /// The Admin server with its interceptor (admits admin and viewer certificates only).
@@ -87,6 +90,14 @@ impl AdminService {
         transport: Transport,
         policy: Policy,
     ) -> Self {
+        let reads = Reads::new(
+            me,
+            raft.clone(),
+            sm.clone(),
+            transport.pool.clone(),
+            transport.contact.clone(),
+            &timing,
+        );
         Self {
             me,
             raft,
@@ -97,6 +108,7 @@ impl AdminService {
             policy,
             dns_ttl_s: 30,
             dns: DnsStatus::default(),
+            reads,
         }
     }
 
@@ -605,6 +617,7 @@ impl Admin for AdminService {
         request: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
         caller(&request, Access::Read)?;
+        let freshness = self.reads.linearize(request.get_ref().stale).await;
         let m = self.metrics();
         let (members, control_planes, paused, applied_index, dns_zone) = self.read(|a| {
             (
@@ -632,6 +645,7 @@ impl Admin for AdminService {
             tls: self.tls_status(),
             dns_zone,
             problem: self.problem(&m),
+            freshness: Some(freshness),
         }))
     }
 
@@ -640,8 +654,12 @@ impl Admin for AdminService {
         request: Request<pb::MemberListRequest>,
     ) -> Result<Response<pb::MemberListResponse>, Status> {
         caller(&request, Access::Read)?;
+        let freshness = self.reads.linearize(request.get_ref().stale).await;
         let members = self.read(|a| self.members(a));
-        Ok(Response::new(pb::MemberListResponse { members }))
+        Ok(Response::new(pb::MemberListResponse {
+            members,
+            freshness: Some(freshness),
+        }))
     }
 
     async fn member_add(
@@ -751,6 +769,7 @@ impl Admin for AdminService {
         request: Request<pb::ControlPlaneListRequest>,
     ) -> Result<Response<pb::ControlPlaneListResponse>, Status> {
         caller(&request, Access::Read)?;
+        let freshness = self.reads.linearize(request.get_ref().stale).await;
         let control_planes = self.read(|a| {
             a.state
                 .control_planes
@@ -761,6 +780,7 @@ impl Admin for AdminService {
         });
         Ok(Response::new(pb::ControlPlaneListResponse {
             control_planes,
+            freshness: Some(freshness),
         }))
     }
 
@@ -769,10 +789,17 @@ impl Admin for AdminService {
         request: Request<pb::ControlPlaneGetRequest>,
     ) -> Result<Response<pb::ControlPlane>, Status> {
         caller(&request, Access::Read)?;
-        let name = request.into_inner().name;
-        self.find_control_plane(&name)
-            .map(Response::new)
-            .ok_or_else(|| Status::not_found(format!("unknown control plane {name:?}")))
+        let req = request.into_inner();
+        let freshness = self.reads.linearize(req.stale).await;
+        let name = req.name;
+        let mut found = self.find_control_plane(&name).ok_or_else(|| {
+            let stale = super::freshness::stale_line(Some(&freshness))
+                .map(|line| format!(" ({line})"))
+                .unwrap_or_default();
+            Status::not_found(format!("unknown control plane {name:?}{stale}"))
+        })?;
+        found.freshness = Some(freshness);
+        Ok(Response::new(found))
     }
 
     async fn control_plane_add(
@@ -926,9 +953,14 @@ impl Admin for AdminService {
         request: Request<pb::HistoryRequest>,
     ) -> Result<Response<pb::HistoryResponse>, Status> {
         caller(&request, Access::Read)?;
-        let limit = request.into_inner().limit as usize;
+        let req = request.into_inner();
+        let freshness = self.reads.linearize(req.stale).await;
+        let limit = req.limit as usize;
         let events = self.read(|a| a.state.history.newest(limit).iter().map(event).collect());
-        Ok(Response::new(pb::HistoryResponse { events }))
+        Ok(Response::new(pb::HistoryResponse {
+            events,
+            freshness: Some(freshness),
+        }))
     }
 
     async fn leader_transfer(

@@ -474,7 +474,7 @@ impl EtcdClient {
         let r = self
             .unary(
                 "Status",
-                client.status(self.request(etcdpb::StatusRequest {})),
+                client.status(self.request(etcdpb::StatusRequest::default())),
             )
             .await?;
         let header = r.header.unwrap_or_default();

@@ -29,7 +29,8 @@ use tonic::transport::Channel;
 
 use super::codec::{CODEC_VERSION, decode, encode};
 use super::types::{
-    MemberNode, NodeId, PingReply, RenewReply, RenewRequest, SnapshotData, TypeConfig, Vote,
+    MemberNode, NodeId, PingReply, ReadIndexReply, RenewReply, RenewRequest, SnapshotData,
+    TypeConfig, Vote,
 };
 use crate::pb;
 use crate::pb::raft_client::RaftClient;
@@ -390,6 +391,16 @@ impl PeerClient {
         req.set_timeout(timeout);
         let result = client.ping(req).await;
         self.outcome(result, "ping reply")
+    }
+
+    /// Asks this peer, the leader, for a read index (see the `ReadIndex` RPC).
+    pub async fn read_index(&mut self, timeout: Duration) -> Result<ReadIndexReply, CallError> {
+        let msg = self.message("read-index request", &())?;
+        let mut client = self.client()?;
+        let mut req = tonic::Request::new(msg);
+        req.set_timeout(timeout);
+        let result = client.read_index(req).await;
+        self.outcome(result, "read-index reply")
     }
 
     /// Asks this peer, the leader, to renew this member's lease.

@@ -94,6 +94,9 @@ impl pb::raft_server::Raft for Wrapped {
     async fn renew(&self, r: Request<pb::RaftMessage>) -> Unary {
         self.inner.renew(r).await
     }
+    async fn read_index(&self, r: Request<pb::RaftMessage>) -> Unary {
+        self.inner.read_index(r).await
+    }
 }
 
 /// A follower (an empty Raft node that neither elects nor leads) serving the peer protocol on

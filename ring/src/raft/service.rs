@@ -21,7 +21,8 @@ use super::codec::{CODEC_VERSION, decode, encode};
 use super::contact::{InFlight, LeaderContact};
 use super::network::{MAX_PEER_MESSAGE_BYTES, REMOVED_MARKER, removed_status};
 use super::types::{
-    NodeId, PingReply, RaftNode, RenewReply, RenewRequest, SnapshotMeta, TypeConfig, Vote,
+    NodeId, PingReply, RaftNode, ReadIndexReply, RenewReply, RenewRequest, SnapshotMeta,
+    TypeConfig, Vote,
 };
 use crate::pb;
 use crate::tls::Role;
@@ -451,6 +452,36 @@ impl pb::raft_server::Raft for PeerService {
         self.check_addressing(req.from, req.to, CODEC_VERSION, req.generation)?;
         let response = self.handlers.forward.handle(req).await?;
         Ok(Response::new(pb::ForwardReply { response }))
+    }
+
+    async fn read_index(
+        &self,
+        request: Request<pb::RaftMessage>,
+    ) -> Result<Response<pb::RaftMessage>, Status> {
+        let (from, ()) = self.open(request, "read-index request")?;
+        let linearizer = self
+            .raft
+            .get_read_linearizer(openraft::ReadPolicy::ReadIndex)
+            .await
+            .map_err(|e| {
+                if e.forward_to_leader().is_some() {
+                    Status::failed_precondition(format!(
+                        "member {} is not the leader: {e}",
+                        self.me
+                    ))
+                } else {
+                    Status::unavailable(format!(
+                        "member {} cannot confirm its leadership with a quorum: {e}",
+                        self.me
+                    ))
+                }
+            })?;
+        let read = linearizer.read_log_id();
+        let reply = ReadIndexReply {
+            index: read.index(),
+            term: read.committed_leader_id().term,
+        };
+        self.reply(from, "read-index reply", &reply)
     }
 
     async fn renew(

@@ -65,6 +65,16 @@ pub struct PingReply {
     pub registered: Option<bool>,
 }
 
+/// The leader's answer to a follower's `ReadIndex`: a quorum confirmed it leads in `term`, and
+/// a linearizable read must wait until the reader has applied `index`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadIndexReply {
+    /// The log index to apply before reading.
+    pub index: u64,
+    /// The term the leader confirmed.
+    pub term: u64,
+}
+
 /// The result of applying one proposal: refused commands are committed but change nothing.
 pub type ApplyResult = Result<(), CommandError>;
 

@@ -64,6 +64,13 @@ struct Cli {
     /// Seconds a request may take.
     #[arg(long, global = true, default_value_t = 60)]
     timeout: u64,
+    /// Reads (status, member list, cp list, cp get, history): answer from the member asked,
+    /// without confirming with the leader. Faster, and works on a member cut off from the
+    /// quorum, but may miss recent writes; the answer says how stale it may be. By default
+    /// reads are linearizable (they see every write acknowledged before them), and a member
+    /// that cannot reach the leader in time answers stale and says so.
+    #[arg(long, global = true)]
+    stale: bool,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -612,6 +619,14 @@ fn print<T: Serialize>(output: Output, value: &T, table: impl FnOnce(&T) -> Stri
     say(&text);
 }
 
+/// Says on stderr that a read is not linearizable, and how stale it may be (stdout stays the
+/// answer, for scripts).
+fn note_stale(freshness: Option<&pb::ReadFreshness>) {
+    if let Some(line) = garden_ring::admin::freshness::stale_line(freshness) {
+        eprintln!("{line}");
+    }
+}
+
 /// Prints a line to stdout; a closed pipe (`ringctl status | head`) ends the program quietly.
 fn say(text: &str) {
     use std::io::Write;
@@ -692,11 +707,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             snapshot::save(&client, leader, &file, out).await?;
         }
         Cmd::Status => {
-            let s = rpc!(client, status, pb::StatusRequest {})?;
+            let s = rpc!(client, status, pb::StatusRequest { stale: cli.stale })?;
             // The DNS summary comes from the leader; a ring without one still has a status.
             let dns = rpc!(client, dns_list, pb::DnsListRequest {}).ok();
             match out {
-                Output::Json => print(out, &s, output::status),
+                Output::Json => {
+                    note_stale(s.freshness.as_ref());
+                    print(out, &s, output::status)
+                }
                 Output::Table => println!(
                     "{}{}",
                     output::status(&s),
@@ -706,7 +724,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
         }
         Cmd::Member(MemberCmd::List) => {
-            let status = rpc!(client, status, pb::StatusRequest {})?;
+            let status = rpc!(client, status, pb::StatusRequest { stale: cli.stale })?;
+            note_stale(status.freshness.as_ref());
             let leader = status.leader_id;
             print(out, &status.members, |m| output::members(m, Some(leader)));
         }
@@ -798,15 +817,24 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             });
         }
         Cmd::ControlPlane(CpCmd::List) => {
-            let r = rpc!(client, control_plane_list, pb::ControlPlaneListRequest {})?;
+            let r = rpc!(
+                client,
+                control_plane_list,
+                pb::ControlPlaneListRequest { stale: cli.stale }
+            )?;
+            note_stale(r.freshness.as_ref());
             print(out, &r.control_planes, |c| output::control_planes(c));
         }
         Cmd::ControlPlane(CpCmd::Get { name }) => {
             let r = rpc!(
                 client,
                 control_plane_get,
-                pb::ControlPlaneGetRequest { name }
+                pb::ControlPlaneGetRequest {
+                    name,
+                    stale: cli.stale
+                }
             )?;
+            note_stale(r.freshness.as_ref());
             print(out, &r, output::control_plane);
         }
         Cmd::ControlPlane(CpCmd::Add {
@@ -936,7 +964,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             print(out, &r, output::dns);
         }
         Cmd::History { limit } => {
-            let r = rpc!(client, history, pb::HistoryRequest { limit })?;
+            let r = rpc!(
+                client,
+                history,
+                pb::HistoryRequest {
+                    limit,
+                    stale: cli.stale
+                }
+            )?;
+            note_stale(r.freshness.as_ref());
             print(out, &r.events, |e| output::history(e));
         }
         Cmd::Leader(LeaderCmd::Transfer { to, reason }) => {
@@ -1209,7 +1245,7 @@ async fn demo(args: DemoArgs, out: Output, insecure: bool) -> Result<(), Failure
             _ = sigint.recv() => break,
             _ = sigterm.recv() => break,
             _ = tick.tick() => {
-                let mut text = match rpc!(client, status, pb::StatusRequest {}) {
+                let mut text = match rpc!(client, status, pb::StatusRequest::default()) {
                     Ok(s) => output::status(&s),
                     Err(e) => format!("status: {e}"),
                 };

@@ -345,8 +345,12 @@ pub fn status(s: &pb::StatusResponse) -> String {
             line
         }
     };
+    let read = match garden_ring::admin::freshness::stale_line(s.freshness.as_ref()) {
+        Some(line) => format!("{line}\n"),
+        None => String::new(),
+    };
     format!(
-        "leader: {leader}   term: {}   applied index: {}   answered by: {answered} ({})   automatic actions: {}\n{tls}\ndns zone: {}\n\n{}\n\n{}",
+        "{read}leader: {leader}   term: {}   applied index: {}   answered by: {answered} ({})   automatic actions: {}\n{tls}\ndns zone: {}\n\n{}\n\n{}",
         s.term,
         s.applied_index,
         s.server_state,
