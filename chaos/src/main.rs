@@ -210,7 +210,11 @@ fn run(args: RunArgs) -> anyhow::Result<bool> {
     let etcd_dir = garden_ring::demo::find_etcd().ok_or_else(|| {
         anyhow::anyhow!("no etcd with etcdctl or etcdutl on PATH (Debian: apt-get install etcd-server etcd-client)")
     })?;
-    let binaries = world::Binaries { ring_dir, etcd_dir };
+    let binaries = world::Binaries {
+        ring_dir,
+        etcd_dir,
+        faketime: None,
+    };
     world::check_tools(&binaries)?;
     let leftovers = netns::cleanup();
     if !leftovers.is_empty() {

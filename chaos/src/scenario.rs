@@ -39,6 +39,16 @@ pub enum Fault {
     DoubleZoneLoss,
     /// Every ringd restarted, one after the other.
     RollingRestart,
+    /// Every process of a zone hosting control planes (not the leader's) SIGSTOPped for
+    /// `FREEZE_MS`, then SIGCONTed: a pause its own processes cannot see coming.
+    ZoneFreeze,
+    /// The leader's zone frozen the same way.
+    LeaderZoneFreeze,
+    /// The wall clock of a member hosting control planes (not the leader) stepped by +1 h,
+    /// then -1 h, then back (libfaketime; its monotonic clock untouched): nothing may move,
+    /// no write wait longer than a lease; then a switchover of one of its control planes, whose
+    /// backups were written across the steps, loses nothing.
+    ClockJump,
     /// A zone's links to the other zones and to the region dropping packets at random (each
     /// rate of `RunOptions::loss_percents` for `loss_ms`), then cut three times for less than
     /// `member_lost_ms - lease_ms`: nothing may move.
@@ -122,6 +132,24 @@ pub const SCENARIOS: &[Scenario] = &[
         zero_loss: true,
     },
     Scenario {
+        name: "zone-freeze",
+        description: "every process of a zone hosting control planes SIGSTOPped for 5 s, then SIGCONTed: no split brain while frozen or after the thaw, the thawed host serves nothing that moved, loss bounded as in zone-kill",
+        fault: Fault::ZoneFreeze,
+        zero_loss: false,
+    },
+    Scenario {
+        name: "leader-zone-freeze",
+        description: "the leader's zone frozen for 5 s, then thawed: a new leader moves its control planes; the old one steps down and serves nothing that moved",
+        fault: Fault::LeaderZoneFreeze,
+        zero_loss: false,
+    },
+    Scenario {
+        name: "clock-jump",
+        description: "a host's wall clock stepped +1 h for 10 s, then -1 h for 10 s, then back (libfaketime, monotonic clock untouched): nothing moves, no write waits longer than a lease, history times stay sane; then a switchover of one of its control planes restores the backups written across the steps and loses nothing",
+        fault: Fault::ClockJump,
+        zero_loss: true,
+    },
+    Scenario {
         name: "rolling-restart",
         description: "every ringd restarted in turn: no failover at all, nothing lost",
         fault: Fault::RollingRestart,
@@ -131,6 +159,19 @@ pub const SCENARIOS: &[Scenario] = &[
 
 /// How long an outage of the DNS server or the object store lasts, ms.
 const OUTAGE_MS: u64 = 5_000;
+/// How long zone-freeze and leader-zone-freeze keep a zone stopped, ms: more than a lease at
+/// every profile, and more than `member_lost_ms` at loopback timings (its control planes move).
+const FREEZE_MS: u64 = 5_000;
+/// How long after a thaw the thawed member may still accept connections for a control plane
+/// that moved away while it was frozen, ms: its ringd learns of the move with its first
+/// renewal, then stops the (held) etcd.
+const THAWED_STOP_MS: u64 = 10_000;
+/// How far a freeze must be from member_lost_ms to say for sure whether it moves anything, ms.
+const FREEZE_MARGIN_MS: u64 = 1_000;
+/// How long clock-jump keeps each step of the host's wall clock, ms.
+const CLOCK_STEP_MS: u64 = 10_000;
+/// How far a history time may stray from the real clock (one machine) and still be sane, ms.
+const CLOCK_SANE_MS: u64 = 5_000;
 /// How long a delta snapshot may take to reach the bucket after its period ends, ms: a write
 /// acknowledged more than `DELTA_PERIOD_MS` + this before the fault must survive it.
 const DELTA_UPLOAD_ALLOWANCE_MS: u64 = 500;
@@ -228,13 +269,23 @@ pub async fn run_once(
 ) -> anyhow::Result<Run> {
     std::fs::create_dir_all(&options.dir)?;
     let started_unix_ms = garden_ring::time::unix_ms();
+    let mut binaries = options.binaries.clone();
+    if scenario.fault == Fault::ClockJump {
+        let lib = std::path::PathBuf::from(world::LIBFAKETIME);
+        anyhow::ensure!(
+            lib.exists(),
+            "clock-jump needs libfaketime ({}): apt-get install faketime",
+            lib.display()
+        );
+        binaries.faketime = Some(lib);
+    }
     let mut world = world::build(
         &options.dir,
         &options.zones,
         options.control_planes,
         options.zone_tolerant,
         options.timing.clone(),
-        &options.binaries,
+        &binaries,
     )
     .await?;
     let mut timeline = Timeline {
@@ -314,7 +365,7 @@ async fn drive(
         .collect();
     // The zone to break: the leader's, or one that hosts control planes and does not lead.
     let victim = match scenario.fault {
-        Fault::LeaderZoneKill => leader.clone(),
+        Fault::LeaderZoneKill | Fault::LeaderZoneFreeze => leader.clone(),
         _ => hosts
             .values()
             .find(|h| **h != leader)
@@ -354,8 +405,16 @@ async fn drive(
     };
     let gone_index: Vec<usize> = gone.iter().filter_map(|m| world.member_index(m)).collect();
     // The control planes that must move (none when nothing may move, or anything may).
+    let t = &options.timing;
+    // A freeze moves the zone's control planes when it outlasts member_lost_ms by a margin, and
+    // must move nothing when it ends a renewal and a margin before it; in between, either.
+    let freeze_moves = t.member_lost_ms + FREEZE_MARGIN_MS < FREEZE_MS;
+    let freeze_stays = FREEZE_MS + t.renew_interval_ms() + FREEZE_MARGIN_MS < t.member_lost_ms;
     let moved: Vec<String> = match scenario.fault {
-        Fault::FlappingLink | Fault::RollingRestart | Fault::LossyLink => Vec::new(),
+        Fault::FlappingLink | Fault::RollingRestart | Fault::LossyLink | Fault::ClockJump => {
+            Vec::new()
+        }
+        Fault::ZoneFreeze | Fault::LeaderZoneFreeze if !freeze_moves => Vec::new(),
         _ => hosts
             .iter()
             .filter(|(_, h)| gone.contains(h))
@@ -404,6 +463,7 @@ async fn drive(
     tokio::time::sleep(Duration::from_millis(world::DELTA_PERIOD_MS * 3)).await;
 
     // The fault.
+    let mut elect_ms = None;
     let fault_unix_ms = garden_ring::time::unix_ms();
     let kill = |zone: &str, index: usize, world: &mut World| -> anyhow::Result<usize> {
         for link in Link::ALL {
@@ -543,6 +603,93 @@ async fn drive(
             }
             at
         }
+        Fault::ZoneFreeze | Fault::LeaderZoneFreeze => {
+            let stopped = topology.signal_zone(&victim_zone, nix::sys::signal::Signal::SIGSTOP);
+            let at = timeline.add(
+                "fault",
+                &victim_zone,
+                format!("{victim_zone} frozen ({stopped} processes SIGSTOPped)"),
+            );
+            // Watch the others while it is frozen (a frozen member answers nothing).
+            let until = Instant::now() + Duration::from_millis(FREEZE_MS);
+            while Instant::now() < until {
+                if let Some(s) = world.status().await {
+                    seen.update(&s, timeline);
+                    let new_leader = s.members.iter().find(|m| m.id == s.leader_id);
+                    if elect_ms.is_none()
+                        && victim == leader
+                        && new_leader.is_some_and(|m| m.name != victim)
+                    {
+                        elect_ms = Some(timeline.now_ms() - at);
+                    }
+                }
+                let rest = until.saturating_duration_since(Instant::now());
+                tokio::time::sleep(rest.min(Duration::from_millis(100))).await;
+            }
+            let thawed = topology.signal_zone(&victim_zone, nix::sys::signal::Signal::SIGCONT);
+            timeline.add(
+                "heal",
+                &victim_zone,
+                format!("{victim_zone} thawed ({thawed} processes SIGCONTed)"),
+            );
+            at
+        }
+        Fault::ClockJump => {
+            let mut epochs: BTreeMap<String, u64> = before
+                .control_planes
+                .iter()
+                .map(|c| (c.name.clone(), c.epoch))
+                .collect();
+            let clock = world.members[victim_index].clock_file();
+            let at = timeline.now_ms();
+            for (offset, ms) in [
+                ("+1h", CLOCK_STEP_MS),
+                ("-1h", CLOCK_STEP_MS),
+                ("+0", 2 * options.timing.lease_ms),
+            ] {
+                std::fs::write(&clock, format!("{offset}\n"))
+                    .with_context(|| format!("writing {}", clock.display()))?;
+                let what = format!("{victim}'s wall clock at {offset}");
+                timeline.add("fault", &victim_zone, what.clone());
+                let phase = watch_phase(world, timeline, &mut seen, &mut epochs, what, ms).await;
+                loss_phases.push(phase);
+            }
+            // A switchover of one of its control planes: the new host restores the backups
+            // written across the steps (the final snapshot included) and must lose nothing.
+            let cp = hosts
+                .iter()
+                .find(|(_, h)| **h == victim)
+                .map(|(c, _)| c.clone())
+                .context("the victim hosts nothing")?;
+            world
+                .admin
+                .call(
+                    pb::MoveRequest {
+                        move_kind: pb::MoveKind::Switchover.into(),
+                        control_plane: cp.clone(),
+                        reason: "clock-jump: restore what was written across the steps".into(),
+                        ..Default::default()
+                    },
+                    |mut c, r| async move { c.r#move(r).await },
+                )
+                .await
+                .with_context(|| format!("switchover of {cp}"))?;
+            timeline.add("fault", &cp, format!("switchover of {cp} off {victim}"));
+            world::wait_for(
+                Duration::from_secs(60),
+                &format!("{cp} runs off {victim}"),
+                || async {
+                    let s = world.status().await?;
+                    s.control_planes
+                        .iter()
+                        .any(|c| c.name == cp && c.host != victim && c.phase == "running")
+                        .then_some(())
+                },
+            )
+            .await?;
+            timeline.add("heal", &cp, format!("{cp} runs off {victim}"));
+            at
+        }
         Fault::RollingRestart => {
             let at = timeline.add("fault", "", "rolling restart of every ringd");
             for i in 0..world.members.len() {
@@ -611,7 +758,6 @@ async fn drive(
     // Watch until every moved control plane runs elsewhere and its writer was acknowledged
     // there.
     let deadline = Instant::now() + Duration::from_secs(60);
-    let mut elect_ms = None;
     let mut final_status = None;
     loop {
         if let Some((at, which, what)) = outage
@@ -691,6 +837,92 @@ async fn drive(
             if connect(endpoint(cp, victim_index)).await.is_some() {
                 // Connecting works only if something listens: the old host serves again.
                 failures.push(format!("{victim} accepts connections for {cp} again"));
+            }
+        }
+    }
+    if matches!(scenario.fault, Fault::ZoneFreeze | Fault::LeaderZoneFreeze) {
+        // The thawed member serves nothing that moved away while it was frozen: within
+        // THAWED_STOP_MS nothing answers there (a held etcd is frozen: it completes no
+        // handshake), and it stays so.
+        let thawed = Instant::now();
+        for cp in &moved {
+            let address = endpoint(cp, victim_index);
+            let quiet = world::wait_for(
+                Duration::from_millis(THAWED_STOP_MS),
+                &format!("{victim} answers nothing for {cp}"),
+                || async {
+                    match connect(address).await {
+                        Some(client) if client.status().await.is_ok() => None,
+                        _ => Some(()),
+                    }
+                },
+            )
+            .await;
+            match quiet {
+                Ok(()) => {
+                    timeline.add(
+                        "check",
+                        &victim_zone,
+                        format!(
+                            "{victim} answers nothing for {cp}, {} ms after the thaw",
+                            thawed.elapsed().as_millis()
+                        ),
+                    );
+                }
+                Err(e) => failures.push(format!("{e:#}")),
+            }
+        }
+        if freeze_stays {
+            for c in world.status().await.iter().flat_map(|s| &s.control_planes) {
+                if hosts.get(&c.name).is_some_and(|h| *h != c.host) {
+                    failures.push(format!(
+                        "{} moved to {} after a freeze of {FREEZE_MS} ms, shorter than member_lost_ms ({} ms)",
+                        c.name, c.host, t.member_lost_ms
+                    ));
+                }
+            }
+        }
+    }
+    if scenario.fault == Fault::ClockJump {
+        // History is stamped by the leader, whose clock did not move: every event since the
+        // fault lies between the fault and now (one machine, one real clock) and in index
+        // order. What the stepped host reports (its snapshot names) must not leak in as times.
+        let now_unix_ms = garden_ring::time::unix_ms();
+        match world.history().await {
+            None => failures.push("no history after the clock steps".into()),
+            Some(h) => {
+                let mut events: Vec<&pb::Event> = h
+                    .events
+                    .iter()
+                    .filter(|e| e.at_ms + CLOCK_SANE_MS >= fault_unix_ms)
+                    .collect();
+                events.sort_by_key(|e| e.index);
+                for e in &events {
+                    if e.at_ms > now_unix_ms + CLOCK_SANE_MS {
+                        failures.push(format!(
+                            "history event {} ({}) is stamped {} ms in the future",
+                            e.index,
+                            e.action,
+                            e.at_ms - now_unix_ms
+                        ));
+                    }
+                }
+                for pair in events.windows(2) {
+                    if pair[1].at_ms + CLOCK_SANE_MS < pair[0].at_ms {
+                        failures.push(format!(
+                            "history goes back in time: event {} at {} after event {} at {}",
+                            pair[1].index, pair[1].at_ms, pair[0].index, pair[0].at_ms
+                        ));
+                    }
+                }
+                timeline.add(
+                    "check",
+                    "",
+                    format!(
+                        "{} history events since the fault, stamped in order within the run",
+                        events.len()
+                    ),
+                );
             }
         }
     }

@@ -57,7 +57,14 @@ pub struct Binaries {
     pub ring_dir: PathBuf,
     /// `etcd` and `etcdctl`/`etcdutl`.
     pub etcd_dir: PathBuf,
+    /// libfaketime to preload into every `ringd` (clock-jump): each member's wall clock then
+    /// follows the offset in its [`Member::clock_file`] (`+0` at start); its monotonic clock is
+    /// left alone, as an NTP step leaves it.
+    pub faketime: Option<PathBuf>,
 }
+
+/// Where Debian's `faketime` package puts the multi-threaded libfaketime.
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 
 /// A process in a namespace, killed when dropped.
 #[derive(Debug)]
@@ -138,6 +145,21 @@ pub struct Member {
     pub zone: String,
     /// Its `ringd`.
     pub ringd: Proc,
+}
+
+/// The file (in a member's directory) whose offset its libfaketime'd wall clock follows.
+const CLOCK_FILE: &str = "faketime";
+
+impl Member {
+    /// Where its wall clock's offset is read from (with [`Binaries::faketime`]): `+0`, `+1h`,
+    /// `-1h`, ... (libfaketime's syntax).
+    pub fn clock_file(&self) -> PathBuf {
+        self.ringd
+            .log
+            .parent()
+            .map(|home| home.join(CLOCK_FILE))
+            .unwrap_or_else(|| PathBuf::from(CLOCK_FILE))
+    }
 }
 
 /// Everything of one run but the network.
@@ -453,14 +475,28 @@ pub async fn build(
             .with_context(|| format!("config of member {}", m.name))?;
         let path = home.join("ringd.toml");
         std::fs::write(&path, config.to_toml())?;
+        let mut argv = Vec::new();
+        if let Some(lib) = &binaries.faketime {
+            let clock = home.join(CLOCK_FILE);
+            std::fs::write(&clock, "+0\n")?;
+            argv.extend([
+                "env".to_string(),
+                format!("LD_PRELOAD={}", lib.display()),
+                format!("FAKETIME_TIMESTAMP_FILE={}", clock.display()),
+                // Re-read the file every second; the monotonic clock stays real.
+                "FAKETIME_CACHE_DURATION=1".into(),
+                "FAKETIME_DONT_FAKE_MONOTONIC=1".into(),
+            ]);
+        }
+        argv.extend([
+            binaries.ring_dir.join("ringd").display().to_string(),
+            "--config".into(),
+            path.display().to_string(),
+        ]);
         let ringd = Proc::start(
             &format!("ringd {}", m.name),
             &namespace(&zones[i]),
-            vec![
-                binaries.ring_dir.join("ringd").display().to_string(),
-                "--config".into(),
-                path.display().to_string(),
-            ],
+            argv,
             home.join("ringd.log"),
         )?;
         members.push(Member {
