@@ -16,7 +16,12 @@
 //!   its guard reaches the lease deadline (+ `fence_ms`/2 for SIGKILL), independently of
 //!   `ringd` (crashed or frozen: the guard goes on). [`SimConfig::break_fencing`] switches the
 //!   guard off, for the test that proves the checker can fail.
-//! - **Network**: renewals and their answers, with seeded delay and loss.
+//! - **Network**: renewals and their answers, with seeded delay; faults add loss (10-50%),
+//!   duplication (a second copy, up to 3 s later) and reordering (delays up to 400 ms).
+//! - **Disks**: a member's Raft disk can stall: it then persists nothing, so it neither
+//!   counts toward a commit nor votes; a leader whose disk stalls commits nothing, but still
+//!   heartbeats (no election) and answers renewals (a ReadIndex needs no disk), as openraft
+//!   does.
 //! - **Backups**: each renewal reports the backups of what the member runs (a new full
 //!   snapshot every minute, deltas in between), and the leader commits the reports worth it
 //!   (`ReportBackup`), racing the moves like a real host's reports do.
@@ -52,8 +57,13 @@ pub struct SimConfig {
     pub step_ms: u64,
     /// Largest clock-rate error of a member (0.005 = 0.5 %).
     pub drift: f64,
+    /// Percent of messages a lossy link drops.
+    pub loss_percent: u64,
     /// Test-only: guards never stop workloads at the lease deadline.
     pub break_fencing: bool,
+    /// Test-only: an agent takes any renewal answer as the answer to its request in flight
+    /// (a duplicated or overtaken answer to an earlier request included).
+    pub break_reply_matching: bool,
 }
 
 impl SimConfig {
@@ -67,8 +77,17 @@ impl SimConfig {
             fault_ms: 20_000,
             settle_ms: 15_000,
             step_ms: 5,
-            drift: 0.005,
+            // Every third seed lets clocks run as far apart as the margin allows: two members'
+            // rates differ by up to clock_margin_ms over member_lost_ms (10% at loopback).
+            drift: if seed.is_multiple_of(3) {
+                let t = Timing::loopback();
+                t.clock_margin_ms as f64 / t.member_lost_ms as f64 / 2.0
+            } else {
+                0.005
+            },
+            loss_percent: 10 + seed % 5 * 10,
             break_fencing: false,
+            break_reply_matching: false,
         }
     }
 }
@@ -88,7 +107,7 @@ impl std::fmt::Display for Violation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "seed {} at {} ms: {} (replay: GARDEN_RING_SIM_SEED={} cargo nextest run -p garden-ring --test sim)",
+            "seed {} at {} ms: {} (replay: GARDEN_RING_SIM_SEED={} cargo nextest run -p garden-ring-core --test sim)",
             self.seed, self.at_ms, self.what, self.seed
         )
     }
@@ -108,6 +127,12 @@ pub struct Report {
     pub backups: usize,
     /// Steps checked.
     pub steps: u64,
+    /// Messages dropped, duplicated, and delayed past 40 ms (reordered).
+    pub dropped: u64,
+    pub duplicated: u64,
+    pub reordered: u64,
+    /// Steps in which a member's disk stalled.
+    pub stalled_steps: u64,
 }
 
 /// splitmix64: small, fast, and the same on every machine.
@@ -139,6 +164,12 @@ enum Fault {
     Lossy,
     /// The operator switches a control plane over (planned move at `start`).
     Switchover,
+    /// Messages to and from the member arrive twice.
+    Duplicate,
+    /// Messages to and from the member are delayed up to 400 ms (overtaking each other).
+    Reorder,
+    /// The member's Raft disk stalls: it persists nothing.
+    DiskStall,
 }
 
 struct Workload {
@@ -169,6 +200,7 @@ impl MemberSim {
     }
 }
 
+#[derive(Clone)]
 enum Msg {
     Renew {
         id: u64,
@@ -208,6 +240,11 @@ struct World<'a> {
     /// Directed links that are down: (from, to).
     cut: BTreeSet<(usize, usize)>,
     lossy: BTreeSet<usize>,
+    duplicating: BTreeSet<usize>,
+    reordering: BTreeSet<usize>,
+    stalled: BTreeSet<usize>,
+    /// Proposals of the leader not committed yet (its disk stalled).
+    pending: Vec<Command>,
     queue: Vec<(u64, Msg)>,
     next_msg_id: u64,
     /// (control plane, epoch) -> host, as first committed.
@@ -254,13 +291,16 @@ impl<'a> World<'a> {
             let start = 2_000 + rng.below(c.fault_ms.saturating_sub(6_000).max(1));
             let length = 200 + rng.below(5_000);
             let member = rng.below(c.members as u64) as usize;
-            let kind = match rng.below(7) {
+            let kind = match rng.below(10) {
                 0 => Fault::Crash,
                 1 => Fault::Freeze,
                 2 => Fault::Isolate,
                 3 => Fault::CutOutgoing,
                 4 => Fault::CutIncoming,
                 5 => Fault::Switchover,
+                6 => Fault::Duplicate,
+                7 => Fault::Reorder,
+                8 => Fault::DiskStall,
                 _ => Fault::Lossy,
             };
             faults.push((start, (start + length).min(c.fault_ms), member, kind));
@@ -282,6 +322,10 @@ impl<'a> World<'a> {
             next_duties: 0,
             cut: BTreeSet::new(),
             lossy: BTreeSet::new(),
+            duplicating: BTreeSet::new(),
+            reordering: BTreeSet::new(),
+            stalled: BTreeSet::new(),
+            pending: Vec::new(),
             queue: Vec::new(),
             next_msg_id: 1,
             committed: BTreeMap::new(),
@@ -295,7 +339,25 @@ impl<'a> World<'a> {
         w
     }
 
+    /// Proposes `command` on the leader: applied at once while it can commit, else queued
+    /// behind its stalled disk (and lost if it stops leading first), as a Raft log would.
     fn commit(&mut self, command: Command) {
+        if !self.leader_commits() {
+            self.pending.push(command);
+            return;
+        }
+        self.flush_pending();
+        self.apply_now(command);
+    }
+
+    /// Commits what the leader queued while its disk stalled, in order.
+    fn flush_pending(&mut self) {
+        for command in std::mem::take(&mut self.pending) {
+            self.apply_now(command);
+        }
+    }
+
+    fn apply_now(&mut self, command: Command) {
         self.index += 1;
         let moved = matches!(command, Command::MoveControlPlane { .. });
         let released = matches!(command, Command::ReleaseFence { .. });
@@ -358,12 +420,26 @@ impl<'a> World<'a> {
         from == to || !self.cut.contains(&(from, to))
     }
 
-    /// Whether `m` reaches a majority both ways.
+    /// Whether `m` reaches a majority both ways (heartbeats, a ReadIndex: no disk needed).
     fn has_quorum(&self, m: usize) -> bool {
         let reachable = (0..self.c.members)
             .filter(|&o| o == m || (self.active(o) && self.link(m, o) && self.link(o, m)))
             .count();
         self.active(m) && reachable > self.c.members / 2
+    }
+
+    /// Whether `m` and a majority it reaches can persist: what a commit or a vote needs.
+    fn can_persist(&self, m: usize) -> bool {
+        let reachable = (0..self.c.members)
+            .filter(|&o| !self.stalled.contains(&o))
+            .filter(|&o| o == m || (self.active(o) && self.link(m, o) && self.link(o, m)))
+            .count();
+        self.active(m) && !self.stalled.contains(&m) && reachable > self.c.members / 2
+    }
+
+    /// Whether the leader can commit now.
+    fn leader_commits(&self) -> bool {
+        self.leader.is_some_and(|l| self.can_persist(l))
     }
 
     fn apply_faults(&mut self) {
@@ -375,9 +451,7 @@ impl<'a> World<'a> {
             .map(|f| f.2)
             .collect();
         for pick in switchovers {
-            if let Some(leader) = self.leader
-                && self.has_quorum(leader)
-            {
+            if self.leader_commits() {
                 let name = format!("cp{}", pick % self.c.control_planes);
                 if let Ok(plan) = garden_ring_core::controller::plan_moves(
                     &self.state,
@@ -395,6 +469,9 @@ impl<'a> World<'a> {
         }
         self.cut.clear();
         self.lossy.clear();
+        self.duplicating.clear();
+        self.reordering.clear();
+        self.stalled.clear();
         let mut frozen = BTreeSet::new();
         let mut down = BTreeSet::new();
         for &(start, end, m, kind) in &self.faults {
@@ -428,6 +505,15 @@ impl<'a> World<'a> {
                 }
                 Fault::Lossy => {
                     self.lossy.insert(m);
+                }
+                Fault::Duplicate => {
+                    self.duplicating.insert(m);
+                }
+                Fault::Reorder => {
+                    self.reordering.insert(m);
+                }
+                Fault::DiskStall => {
+                    self.stalled.insert(m);
                 }
                 _ => {}
             }
@@ -463,13 +549,16 @@ impl<'a> World<'a> {
         if self.t < self.leaderless_since + self.timing.election_timeout_max_ms {
             return;
         }
+        // A vote is persisted before it is granted: a stalled disk neither votes nor wins.
         let candidates: Vec<usize> = (0..self.c.members)
-            .filter(|&m| self.has_quorum(m))
+            .filter(|&m| self.can_persist(m))
             .collect();
         if candidates.is_empty() {
             return;
         }
         let pick = candidates[self.rng.below(candidates.len() as u64) as usize];
+        // What the old leader had not committed is gone with its term.
+        self.pending.clear();
         self.leader = Some(pick);
         self.leader_since = self.t;
         self.leaderless_since = self.t;
@@ -482,10 +571,22 @@ impl<'a> World<'a> {
         if !self.link(from, to) {
             return;
         }
-        if (self.lossy.contains(&from) || self.lossy.contains(&to)) && self.rng.chance(30) {
+        let involved = |set: &BTreeSet<usize>| set.contains(&from) || set.contains(&to);
+        if involved(&self.lossy) && self.rng.chance(self.c.loss_percent) {
+            self.report.dropped += 1;
             return;
         }
-        let delay = 1 + self.rng.below(40);
+        let max_delay = if involved(&self.reordering) { 400 } else { 40 };
+        let delay = 1 + self.rng.below(max_delay);
+        if delay > 40 {
+            self.report.reordered += 1;
+        }
+        if involved(&self.duplicating) && self.rng.chance(50) {
+            // A copy can come much later (a retransmission through a slow path).
+            let again = delay + 1 + self.rng.below(3_000);
+            self.queue.push((self.t + again, msg.clone()));
+            self.report.duplicated += 1;
+        }
         self.queue.push((self.t + delay, msg));
     }
 
@@ -626,7 +727,7 @@ impl<'a> World<'a> {
         let Some((expected, sent)) = self.members[m].in_flight else {
             return;
         };
-        if expected != id {
+        if expected != id && !self.c.break_reply_matching {
             return;
         }
         self.members[m].in_flight = None;
@@ -780,6 +881,10 @@ impl<'a> World<'a> {
         while self.t <= end {
             self.apply_faults();
             self.elect();
+            if self.leader_commits() {
+                self.flush_pending();
+            }
+            self.report.stalled_steps += u64::from(!self.stalled.is_empty());
             self.deliver();
             self.duties();
             self.agents();
