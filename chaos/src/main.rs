@@ -9,8 +9,10 @@
 
 mod bench;
 mod client;
+mod linearizability;
 mod model;
 mod netns;
+mod registry;
 mod report;
 mod scale;
 mod scenario;
@@ -273,7 +275,7 @@ fn run(args: RunArgs) -> anyhow::Result<bool> {
                 break 'scenarios;
             };
             println!(
-                "{} #{number}: {} (rto {} ms, detect {} ms, lost {}, split brain {}, window {} ms{})",
+                "{} #{number}: {} (rto {} ms, detect {} ms, lost {}, split brain {}, window {} ms{}{})",
                 run.scenario,
                 if run.passed() { "passed" } else { "FAILED" },
                 show(run.measures.rto_ms),
@@ -284,6 +286,14 @@ fn run(args: RunArgs) -> anyhow::Result<bool> {
                 run.measures
                     .etcd_repair_ms
                     .map(|ms| format!(", etcd clusters whole again after {ms} ms"))
+                    .unwrap_or_default(),
+                run.measures
+                    .registry
+                    .as_ref()
+                    .map(|r| format!(
+                        ", {} Admin operations checked for linearizability ({} stale reads not checked)",
+                        r.ops_checked, r.stale_reads
+                    ))
                     .unwrap_or_default(),
             );
             for f in &run.failures {

@@ -71,6 +71,32 @@ pub struct Measures {
     /// The lossy-link scenario's phases, and what the ring did in each.
     #[serde(default)]
     pub loss_phases: Vec<LossPhase>,
+    /// The Admin API clients' history of the control-plane registry, checked for
+    /// linearizability.
+    #[serde(default)]
+    pub registry: Option<RegistryCheck>,
+}
+
+/// What the linearizability check of the Admin API clients' history covered.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistryCheck {
+    /// Operations checked (reads and writes, over all registers).
+    pub ops_checked: u64,
+    /// Of those, writes and linearizable reads.
+    pub writes: u64,
+    pub reads: u64,
+    /// Writes whose outcome the client could not know (timed out, connection broken): checked
+    /// as "took effect at some time after their invocation, or never".
+    pub unknown_writes: u64,
+    /// Writes certainly not applied (refused as retry-safe, or never sent), not checked.
+    pub not_applied: u64,
+    /// Reads answered stale (the member could not linearize them and said so), not checked.
+    pub stale_reads: u64,
+    /// Reads that failed, not checked.
+    pub failed_reads: u64,
+    /// Registers (control planes) checked, and the search's states over all of them.
+    pub registers: u64,
+    pub states: u64,
 }
 
 /// One phase of the lossy-link scenario: what the victim zone's links did for a while, and

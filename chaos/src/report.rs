@@ -602,6 +602,7 @@ mod tests {
                         longest_gap_ms: 420,
                         ..LossPhase::default()
                     }],
+                    registry: None,
                 },
                 &[],
             ),
@@ -627,6 +628,7 @@ mod tests {
                     split_brain_writes: 1,
                     etcd_repair_ms: None,
                     loss_phases: Vec::new(),
+                    registry: None,
                 },
                 &["split brain: 1 write acknowledged by the old host"],
             ),

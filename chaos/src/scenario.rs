@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use crate::client::{Ack, Writer, connect, key};
 use crate::model::{ClientStats, Event, LossPhase, Measures, Run};
 use crate::netns::{Link, Topology};
+use crate::registry::RegistryClients;
 use crate::world::{self, Binaries, World, endpoint};
 
 /// What a scenario breaks.
@@ -449,6 +450,13 @@ async fn drive(
         .iter()
         .map(|cp| Writer::start(cp, timeline.start, stopped.clone()))
         .collect();
+    // Admin API clients on the registry, their history checked for linearizability.
+    let registry = RegistryClients::start(
+        &world.per_member,
+        &world.control_planes,
+        timeline.start,
+        stopped.clone(),
+    );
     world::wait_for(
         Duration::from_secs(30),
         "every writer is acknowledged",
@@ -934,6 +942,20 @@ async fn drive(
         let cp = w.control_plane.clone();
         records.push((cp, w.finish().await));
     }
+    let (registry, not_linearizable) = registry.check().await;
+    failures.extend(not_linearizable);
+    timeline.add(
+        "check",
+        "",
+        format!(
+            "registry history: {} Admin operations checked for linearizability ({} writes, {} of unknown outcome; {} linearizable reads; {} stale reads not checked)",
+            registry.ops_checked,
+            registry.writes,
+            registry.unknown_writes,
+            registry.reads,
+            registry.stale_reads
+        ),
+    );
     let Some(status) = final_status.or(world.status().await) else {
         anyhow::bail!("no member answers after the fault");
     };
@@ -1035,6 +1057,7 @@ async fn drive(
         detect_ms,
         elect_ms,
         etcd_repair_ms,
+        registry: Some(registry),
         ..Measures::default()
     };
     // Each lossy-link phase's longest wait for an acknowledgement, over all clients: no write

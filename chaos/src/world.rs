@@ -44,6 +44,8 @@ pub const SNAPSHOT_INTERVAL_MS: u64 = 60_000;
 pub const DELTA_PERIOD_MS: u64 = 1_000;
 /// Longest wait for a service to answer.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one Admin request to one member may take (the per-member clients).
+pub const ADMIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Index of `named` in [`World::region`].
 pub const NAMED: usize = 0;
@@ -173,7 +175,7 @@ pub struct World {
     /// A client of every member's Admin API.
     pub admin: AdminClient,
     /// One client per member (to ask each one, not whichever answers first).
-    pub per_member: Vec<AdminClient>,
+    pub per_member: Vec<std::sync::Arc<AdminClient>>,
 }
 
 /// The path of `name` on `PATH`, `/usr/sbin` or `/usr/bin`; the error says how to install it.
@@ -520,6 +522,7 @@ pub async fn build(
                 security.clone(),
                 "ring-chaos",
             )
+            .map(|c| std::sync::Arc::new(c.with_request_timeout(ADMIN_REQUEST_TIMEOUT)))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let mut world = World {
