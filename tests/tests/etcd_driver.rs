@@ -807,6 +807,96 @@ async fn a_lapsed_lease_does_not_wait_for_a_hung_upload() {
     );
 }
 
+/// A host frozen whole (ringd, its guard and etcd: SIGSTOP, as a paused VM) for longer than its
+/// lease but shorter than `member_lost_ms`: nothing moves, and after the thaw the control plane
+/// serves again at the same epoch. Its gate closed itself at the deadline while the serving loop
+/// was frozen too; the first renewal after the thaw comes before the loop runs, so the loop
+/// must notice the closed gate (chaos zone-freeze at production timings found it unreachable
+/// for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_frozen_past_its_lease_serves_again_after_the_thaw() {
+    use nix::sys::signal::Signal;
+    let mut ring = Ring::prepare(RingOptions {
+        driver: garden_ring_tests::etcd::driver_with_deltas(3_600_000, 200),
+        ..RingOptions::default()
+    });
+    for p in &mut ring.procs {
+        // Production timings (lease 4 s): found there; the health check the serving loop
+        // waits on (half a lease) outlasts the thaw's first renewal.
+        p.config.timing = garden_ring::config::Timing::default();
+        p.spawn();
+    }
+    wait_all_healthy(&ring).await;
+    let backups = file_backups(ring.dir.path(), "cp10");
+    let req = etcd_control_plane("cp10", "a", &backups["a"], backups.clone());
+    add_control_plane(&ring.client(), req).await.unwrap();
+    let cp = running_on(&ring, "cp10", "a").await;
+    let etcd = etcd_at(&cp, "a").await;
+    let (mut written, _) = put_keys(&etcd, "f", 20).await;
+
+    // Every process of member a: its ringd, and what names its data directory (guard, etcd).
+    let data = ring.procs[0].config.data_dir.display().to_string();
+    let out = std::process::Command::new("pgrep")
+        .args(["-f", &data])
+        .output()
+        .expect("pgrep");
+    let mut pids: Vec<i32> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    pids.push(ring.procs[0].pid().expect("a runs") as i32);
+    pids.sort_unstable();
+    pids.dedup();
+    assert!(pids.len() >= 3, "ringd, guard and etcd: {pids:?}");
+    let signal = |s: Signal| {
+        for pid in &pids {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), s);
+        }
+    };
+    let lease = Duration::from_millis(ring.procs[0].config.timing.lease_ms);
+    // Which of ringd's tasks runs first after a thaw is a race: several rounds, frozen at
+    // different points of the serving loop (the writes keep deltas being cut).
+    let mut back_ms = Vec::new();
+    for round in 0..FREEZE_ROUNDS {
+        let key = format!("/registry/thawed-{round}");
+        etcd.put(key.as_bytes(), b"v").await.ok();
+        signal(Signal::SIGSTOP);
+        tokio::time::sleep(lease + lease / 4).await;
+        signal(Signal::SIGCONT);
+        let thawed = Instant::now();
+        eventually(
+            Duration::from_secs(15),
+            &format!("cp10 serves again at a after freeze {round} (a write is acknowledged)"),
+            || async {
+                let etcd = EtcdClient::connect(&format!("http://{}", cp.endpoints["a"]), fast())
+                    .await
+                    .ok()?;
+                etcd.put(key.as_bytes(), b"v").await.ok()
+            },
+        )
+        .await;
+        back_ms.push(thawed.elapsed().as_millis());
+        written.insert(key);
+    }
+    let now = cps(&ring, &[0, 1, 2]).await.remove("cp10").unwrap();
+    assert_eq!(
+        (now.host.as_str(), now.epoch),
+        ("a", cp.epoch),
+        "cp10 moved"
+    );
+    let got = keys_at(&now, "a").await;
+    let missing: Vec<_> = written.difference(&got).collect();
+    assert!(missing.is_empty(), "missing: {missing:?}");
+    println!(
+        "host frozen {FREEZE_ROUNDS} times for {} ms (lease {} ms): serving again {back_ms:?} ms after each thaw, same epoch",
+        (lease + lease / 4).as_millis(),
+        lease.as_millis()
+    );
+}
+
+/// How often `a_host_frozen_past_its_lease_serves_again_after_the_thaw` freezes its host.
+const FREEZE_ROUNDS: usize = 3;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_returning_old_host_uploads_nothing_and_stays_fenced() {
     use nix::sys::signal::Signal;

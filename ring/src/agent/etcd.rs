@@ -1118,6 +1118,7 @@ async fn behind_gate(
             return Err(InstanceError::Gate(e));
         }
     };
+    let mut gate_ran_out = gate.ran_out();
     *shared.gate.lock().await = Some(gate);
     shared.set_phase(InstancePhase::Serving);
     set_healthy(shared, true);
@@ -1170,6 +1171,15 @@ async fn behind_gate(
             tokio::select! {
                 _ = stopped(stop) => break Ending::Stopped,
                 _ = lease_runs_out(deadline, margin_ms) => break Ending::LeaseRunningOut,
+                // The gate closed itself at the deadline while this loop did not run (the host
+                // was frozen past its lease and a renewal came at once after the thaw): a lapse
+                // all the same; the gate opens again through the hold below.
+                // (A gate closed by the driver, which drops the sender, is not this.)
+                _ = async {
+                    if gate_ran_out.wait_for(|r| *r).await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                } => break Ending::LeaseRunningOut,
                 status = backend.ended() => break Ending::Exited(status),
                 changed = deadline_for_guard.changed() => {
                     if changed.is_ok() {
@@ -1372,7 +1382,10 @@ async fn behind_gate(
             Held::Exited(status) => break 'serve Ending::Exited(status),
         }
         match Gate::open(public, relay_to, deadline.clone()).await {
-            Ok(gate) => *shared.gate.lock().await = Some(gate),
+            Ok(gate) => {
+                gate_ran_out = gate.ran_out();
+                *shared.gate.lock().await = Some(gate);
+            }
             Err(e) => {
                 tracing::warn!("the lease is back but the endpoint cannot open again: {e}");
                 break 'serve ending;

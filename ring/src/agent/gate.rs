@@ -51,6 +51,8 @@ pub struct GateError {
 pub struct Gate {
     listen: SocketAddr,
     closed: watch::Sender<bool>,
+    /// Turns true when the gate closed itself at the lease's deadline.
+    ran_out: watch::Receiver<bool>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -71,6 +73,7 @@ impl Gate {
             })?;
         let listen = listener.local_addr().unwrap_or(listen);
         let (closed, mut on_close) = watch::channel(false);
+        let (ran_out_tx, ran_out) = watch::channel(false);
         let task = tokio::spawn(async move {
             let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
             let mut connections = JoinSet::new();
@@ -81,13 +84,19 @@ impl Gate {
                 let permit = tokio::select! {
                     permit = slots.clone().acquire_owned() => permit,
                     _ = on_close.wait_for(|c| *c) => break,
-                    _ = &mut runs_out => break,
+                    _ = &mut runs_out => {
+                        let _ = ran_out_tx.send(true);
+                        break;
+                    }
                 };
                 let Ok(permit) = permit else { break };
                 let accepted = tokio::select! {
                     accepted = listener.accept() => accepted,
                     _ = on_close.wait_for(|c| *c) => break,
-                    _ = &mut runs_out => break,
+                    _ = &mut runs_out => {
+                        let _ = ran_out_tx.send(true);
+                        break;
+                    }
                 };
                 let Ok((client, _)) = accepted else { continue };
                 let deadline = deadline.clone();
@@ -105,8 +114,17 @@ impl Gate {
         Ok(Self {
             listen,
             closed,
+            ran_out,
             task: Some(task),
         })
+    }
+
+    /// Turns true when the gate closed itself because the lease's deadline passed (it never
+    /// opens again by itself: the driver must notice, and open a new gate once the lease is
+    /// back). A host frozen past its deadline wakes up with its gate closed this way even when
+    /// the next renewal comes at once.
+    pub fn ran_out(&self) -> watch::Receiver<bool> {
+        self.ran_out.clone()
     }
 
     /// The address the gate listens on.
@@ -251,6 +269,18 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_gate_closed_by_the_driver_did_not_run_out() {
+        let target = echo().await;
+        let (_renewals, deadline) = lease(60_000);
+        let gate = Gate::open("127.0.0.1:0".parse().unwrap(), target, deadline)
+            .await
+            .unwrap();
+        let ran_out = gate.ran_out();
+        gate.close().await;
+        assert!(!*ran_out.borrow());
+    }
+
+    #[tokio::test]
     async fn nothing_passes_after_the_lease_runs_out_and_a_renewal_keeps_it_open() {
         let target = echo().await;
         let (renewals, deadline) = lease(300);
@@ -258,6 +288,7 @@ mod tests {
             .await
             .unwrap();
         let public = gate.listen_address();
+        let ran_out = gate.ran_out();
         let mut open = TcpStream::connect(public).await.unwrap();
         assert_eq!(round_trip(&mut open, b"before").await.unwrap(), b"before");
 
@@ -280,6 +311,8 @@ mod tests {
             Err(e) => Err(e),
         };
         assert!(fresh.is_err(), "a new connection was relayed: {fresh:?}");
+        // And it says it closed itself: a renewal now does not open it again, the driver must.
+        assert!(*ran_out.borrow(), "the gate does not say it ran out");
         // The workload itself still answers on its own address (the final snapshot's way in).
         let mut direct = TcpStream::connect(target).await.unwrap();
         assert_eq!(round_trip(&mut direct, b"direct").await.unwrap(), b"direct");
