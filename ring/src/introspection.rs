@@ -100,6 +100,7 @@ pub async fn report_health(
     reporter: HealthReporter,
     raft: RaftNode,
     own: Arc<OwnLease>,
+    disk: crate::raft::disk::DiskHealth,
     mut stopped: watch::Receiver<bool>,
 ) {
     reporter
@@ -107,7 +108,7 @@ pub async fn report_health(
         .await;
     let mut last = None;
     loop {
-        let status = match crate::metrics::ready(&raft, &own) {
+        let status = match crate::metrics::ready(&raft, &own, &disk) {
             Ok(()) => ServingStatus::Serving,
             Err(_) => ServingStatus::NotServing,
         };

@@ -33,6 +33,7 @@ use crate::agent::backup_status::BackupStatuses;
 use crate::agent::etcd::SnapshotTimes;
 use crate::core::{Command, Proposal};
 use crate::core::{MoveKind, Phase, RingState};
+use crate::raft::disk::DiskHealth;
 use crate::raft::state_machine::ApplyObserver;
 use crate::raft::{RaftNode, StateMachineStore};
 use crate::time::{monotonic_ms, unix_ms};
@@ -176,12 +177,18 @@ pub enum NotReady {
     /// This member's lease is not current for its applied state.
     #[error("no current lease (cut off from the quorum, or not renewed yet)")]
     NoLease,
+    /// The Raft log's disk lacks room: this member acknowledges nothing.
+    #[error("the Raft log's disk is full (see the log and `ringctl status`)")]
+    DiskFull,
 }
 
 /// Whether the member is ready: a leader is known, and this member's lease is current for
 /// state at least as fresh as the leader's when it granted the lease. `/readyz`, the
 /// `garden_ring_ready` gauge and the gRPC health status of the Admin service all use this.
-pub fn ready(raft: &RaftNode, own: &OwnLease) -> Result<(), NotReady> {
+pub fn ready(raft: &RaftNode, own: &OwnLease, disk: &DiskHealth) -> Result<(), NotReady> {
+    if disk.problem().is_some() {
+        return Err(NotReady::DiskFull);
+    }
     let m = raft.metrics().borrow_watched().clone();
     if m.current_leader.is_none() {
         return Err(NotReady::NoLeader);
@@ -213,12 +220,14 @@ pub struct Sources {
     /// What the etcd driver's instances report about the backups of each control plane
     /// hosted here.
     pub backups: Arc<BackupStatuses>,
+    /// Whether the Raft log's disk has room.
+    pub disk: DiskHealth,
 }
 
 impl Sources {
     /// Ready: see [`ready`].
     pub fn ready(&self) -> Result<(), NotReady> {
-        ready(&self.raft, &self.own)
+        ready(&self.raft, &self.own, &self.disk)
     }
 
     /// The metrics in Prometheus' text format.
@@ -270,6 +279,11 @@ impl Sources {
             "garden_ring_ready",
             "1 when /readyz answers 200.",
             f64::from(u8::from(self.ready().is_ok())),
+        );
+        gauge(
+            "garden_ring_raft_disk_full",
+            "1 while the Raft log's disk has less free space than the member keeps (it acknowledges nothing meanwhile).",
+            f64::from(u8::from(self.disk.problem().is_some())),
         );
         let now_ms = unix_ms();
         self.state.read(|a| {

@@ -26,6 +26,7 @@ use crate::introspection;
 use crate::leases::LeaseDesk;
 use crate::membership::MembershipChanger;
 use crate::raft::contact::LeaderContact;
+use crate::raft::disk::DiskHealth;
 use crate::raft::network::{PeerNetwork, PeerPool};
 use crate::raft::service::Handlers;
 use crate::raft::service::PeerService;
@@ -210,6 +211,8 @@ struct Consensus {
     counters: Arc<crate::metrics::Counters>,
     pool: Arc<PeerPool>,
     network: PeerNetwork,
+    /// Whether the log's disk has room (see [`crate::raft::disk`]).
+    disk: DiskHealth,
 }
 
 /// The long-running tasks of a member and the switch that stops them.
@@ -231,6 +234,53 @@ impl Tasks {
 
     fn spawn(&mut self, task: impl std::future::Future<Output = ()> + Send + 'static) {
         self.handles.push(tokio::spawn(task));
+    }
+}
+
+/// Exit status of a `ringd` that stopped because its Raft storage failed (fail-stop): a
+/// supervisor restarts it (systemd's `Restart=on-failure`), and the restart recovers from what
+/// is on disk.
+pub const EXIT_STORAGE_FAILED: i32 = 4;
+
+/// Fail-stop: when Raft stops on a storage error (a failed write or fsync of the log, a
+/// snapshot that cannot be stored) or a panic, the process exits at once with
+/// [`EXIT_STORAGE_FAILED`]. Nothing is retried in place: after a failed fsync the kernel may
+/// have dropped the pages it could not write, and a retry could succeed without them and
+/// acknowledge what is not on disk. The flusher acknowledges nothing after its first failure,
+/// so exiting loses nothing acknowledged; running on without Raft would only leave a member
+/// that answers but never acts.
+async fn fail_stop(raft: RaftNode, mut stopped: watch::Receiver<bool>) {
+    use openraft::errors::Fatal;
+    use openraft::type_config::async_runtime::watch::WatchReceiver;
+    let mut metrics = raft.metrics();
+    loop {
+        let fatal = match &metrics.borrow_watched().running_state {
+            Err(Fatal::Stopped) | Ok(()) => None,
+            Err(fatal) => Some(fatal.to_string()),
+        };
+        if let Some(fatal) = fatal {
+            tracing::error!(
+                "Raft stopped: {fatal}. Exiting (fail-stop, status {EXIT_STORAGE_FAILED}): a failed \
+                 write or fsync is never retried in place; a restart recovers from what is on disk"
+            );
+            std::process::exit(EXIT_STORAGE_FAILED);
+        }
+        let core_gone = tokio::select! {
+            changed = metrics.changed() => changed.is_err(),
+            _ = stopped.wait_for(|s| *s) => return,
+        };
+        if core_gone {
+            // Raft's core is gone without saying why (a panic can end it before it reports):
+            // the same fail-stop, unless this member is shutting down.
+            if *stopped.borrow() {
+                return;
+            }
+            tracing::error!(
+                "Raft's core ended unexpectedly. Exiting (fail-stop, status \
+                     {EXIT_STORAGE_FAILED}): a restart recovers from what is on disk"
+            );
+            std::process::exit(EXIT_STORAGE_FAILED);
+        }
     }
 }
 
@@ -263,7 +313,9 @@ impl Member {
             counters,
             pool,
             network,
+            disk,
         } = consensus;
+        tasks.spawn(fail_stop(raft.clone(), tasks.stopped.clone()));
         let contact = LeaderContact::default();
         let seen = SeenCertificates::default();
         let policy = Policy::new(
@@ -311,7 +363,8 @@ impl Member {
                 },
                 policy,
             )
-            .with_dns(config.dns.ttl_s, keeper.status()),
+            .with_dns(config.dns.ttl_s, keeper.status())
+            .with_disk(disk.clone()),
         );
         let peer = PeerService::new(
             id,
@@ -359,6 +412,7 @@ impl Member {
             health,
             raft.clone(),
             agent.own_lease(),
+            disk.clone(),
             tasks.stopped.clone(),
         ));
         if let Some(listener) = metrics_listener {
@@ -374,6 +428,7 @@ impl Member {
                     dns_propagation: keeper.propagation(),
                     snapshots: snapshot_times,
                     backups: backup_statuses,
+                    disk,
                 },
                 tasks.stopped.clone(),
             ));
@@ -486,6 +541,7 @@ impl Consensus {
         let db = acquired.db.clone();
         let log_store = LogStore::new(db.clone(), &config.data_dir)
             .map_err(|e| StartError::Raft(format!("cannot start the log store: {e}")))?;
+        let disk = log_store.disk_health();
         let counters = Arc::new(crate::metrics::Counters::default());
         let state = StateMachineStore::open(db)
             .await
@@ -510,6 +566,7 @@ impl Consensus {
             counters,
             pool,
             network,
+            disk,
         })
     }
 }

@@ -275,6 +275,8 @@ pub struct Proc {
     pub log_path: PathBuf,
     /// How test clients connect to it.
     pub security: Security,
+    /// Environment variables set for it (e.g. an `LD_PRELOAD` fault injector).
+    pub env: Vec<(String, String)>,
     /// The running process; `None` before the first start and once it stopped.
     child: Option<LoggedChild>,
 }
@@ -311,7 +313,8 @@ impl Proc {
             Command::new(binary("ringd"))
                 .arg("--config")
                 .arg(&self.config_path)
-                .env("RUST_LOG", ""),
+                .env("RUST_LOG", "")
+                .envs(self.env.iter().map(|(k, v)| (k, v))),
             &self.log_path,
         )
         .expect("spawn ringd");
@@ -596,6 +599,7 @@ impl Ring {
             log_path: home.join("ringd.log"),
             security: security.clone(),
             config,
+            env: Vec::new(),
             child: None,
         }
     }
@@ -635,6 +639,7 @@ impl Ring {
             log_path: home.join("ringd.log"),
             security: self.security.clone(),
             config,
+            env: Vec::new(),
             child: None,
         });
         self.procs.len() - 1

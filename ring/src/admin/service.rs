@@ -71,6 +71,7 @@ pub struct AdminService {
     dns_ttl_s: u32,
     dns: DnsStatus,
     reads: Reads,
+    disk: crate::raft::disk::DiskHealth,
 }
 
 /// The Admin server with its interceptor (admits admin and viewer certificates only).
@@ -109,7 +110,14 @@ impl AdminService {
             dns_ttl_s: 30,
             dns: DnsStatus::default(),
             reads,
+            disk: Default::default(),
         }
+    }
+
+    /// Where the log store says whether its disk has room (see [`crate::raft::disk`]).
+    pub fn with_disk(mut self, disk: crate::raft::disk::DiskHealth) -> Self {
+        self.disk = disk;
+        self
     }
 
     /// Sets the TTL of the records the ring publishes, and where the DNS keeper reports.
@@ -380,6 +388,15 @@ impl AdminService {
 
     /// Why the ring cannot act, as this member sees it; empty when it can.
     fn problem(&self, m: &RaftMetricsOf) -> String {
+        let quorum = self.quorum_problem(m);
+        match self.disk.problem() {
+            Some(disk) if quorum.is_empty() => disk,
+            Some(disk) => format!("{disk}; {quorum}"),
+            None => quorum,
+        }
+    }
+
+    fn quorum_problem(&self, m: &RaftMetricsOf) -> String {
         const CONSEQUENCE: &str = "Nothing moves until a quorum is back, and control planes stop where their leases run out";
         let stale_ms = self.timing.leader_silence_ms();
         let membership = m.membership_config.membership();

@@ -43,6 +43,7 @@ use redb::{Database, Durability, ReadableDatabase, ReadableTable};
 use tokio::sync::oneshot;
 
 use super::codec::{decode, encode};
+use super::disk::DiskHealth;
 use super::storage::{KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE, LOG, META, blocking, io as io_err};
 use super::types::{Entry, LogId, TypeConfig, Vote};
 use super::wal::{self, Wal};
@@ -75,6 +76,8 @@ struct Shared {
     /// The committed log id openraft saved last, not necessarily written yet; `None` when
     /// nothing was saved since the store was opened (redb holds the latest then).
     committed: Mutex<Option<Option<LogId>>>,
+    /// Whether the flusher waits for room on the disk (see [`super::disk`]).
+    disk: DiskHealth,
     /// Tests: the flusher's next batch fails as a disk error would.
     #[cfg(test)]
     fail_next_batch: std::sync::atomic::AtomicBool,
@@ -211,7 +214,10 @@ impl LogStore {
         let (weak, flusher_shared) = (Arc::downgrade(&db), shared.clone());
         let thread = std::thread::Builder::new()
             .name("ring-log-flush".into())
-            .spawn(move || run_flusher(&weak, &receiver, &flusher_shared, wal))?;
+            .spawn({
+                let dir = dir.to_path_buf();
+                move || run_flusher(&weak, &receiver, &flusher_shared, wal, &dir)
+            })?;
         Ok(Self {
             flusher: Arc::new(Flusher {
                 queue: Some(queue),
@@ -220,6 +226,11 @@ impl LogStore {
             db,
             shared,
         })
+    }
+
+    /// Whether the disk has room for the log (see [`super::disk`]); shared with the flusher.
+    pub fn disk_health(&self) -> DiskHealth {
+        self.shared.disk.clone()
     }
 
     /// Queues `op` (with `tail` held, so operations are numbered in queue order); its number.
@@ -541,7 +552,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 /// clone of the store was dropped) it writes a committed log id saved since its last write,
 /// and ends. It holds the database only while it writes. After a write fails it writes
 /// nothing more: every later operation fails with that first error.
-fn run_flusher(db: &Weak<Database>, queue: &mpsc::Receiver<(u64, Op)>, shared: &Shared, wal: Wal) {
+fn run_flusher(
+    db: &Weak<Database>,
+    queue: &mpsc::Receiver<(u64, Op)>,
+    shared: &Shared,
+    wal: Wal,
+    dir: &std::path::Path,
+) {
     let mut written = Written {
         wal,
         unfolded: Vec::new(),
@@ -549,6 +566,11 @@ fn run_flusher(db: &Weak<Database>, queue: &mpsc::Receiver<(u64, Op)>, shared: &
     };
     let mut failed: Option<io::Error> = None;
     while let Ok(first) = queue.recv() {
+        // Nothing is written (so nothing acknowledged) while the disk lacks room; what queues
+        // meanwhile is written at once afterwards.
+        if failed.is_none() {
+            super::disk::wait_for_room(dir, &shared.disk);
+        }
         // The committed log id first, the rest of the queue after: every entry it covers was
         // queued before openraft saved it, so it is in this batch or an earlier one.
         let committed = shared.committed();

@@ -11,6 +11,7 @@
 //! - [`service`]: the server side of the peer protocol.
 //! - [`contact`]: when a leader last reached this member, and of which term (a new leader
 //!   counts a silent member's time from it).
+//! - [`disk`]: the room the log keeps free on its disk; a member lacking it waits, saying why.
 //! - [`storage`]: opening the data directory (one redb file) and its identity checks.
 //! - [`wal`]: the log's write-ahead file, where appends are made durable between folds into
 //!   redb.
@@ -19,6 +20,7 @@
 
 pub mod codec;
 pub mod contact;
+pub mod disk;
 pub mod log_store;
 pub mod network;
 pub mod offline;

@@ -267,6 +267,27 @@ pub fn read(dir: &Path, recorded: Option<(u64, u64)>) -> io::Result<Vec<Record>>
         records.push(record);
         offset = next;
     }
+    // What ends the records: zeros or an older generation (the end of what was written), or a
+    // record of this generation cut short or damaged, which a crash interrupted before its
+    // fdatasync returned (so it was never acknowledged): dropped, and said.
+    let torn = match file.get(offset..offset + RECORD_HEAD_BYTES) {
+        Some(head) => {
+            let len = u32::from_le_bytes(head[0..4].try_into().unwrap_or_default());
+            let found = u64::from_le_bytes(head[8..16].try_into().unwrap_or_default());
+            len != 0 && found == generation
+        }
+        None => file
+            .get(offset..)
+            .is_some_and(|rest| rest.iter().any(|b| *b != 0)),
+    };
+    if torn {
+        tracing::warn!(
+            "{}: the record at byte {offset} is torn (cut short or damaged: a write a crash \
+             interrupted, never acknowledged); dropped, the log ends before it ({} records kept)",
+            path.display(),
+            records.len()
+        );
+    }
     // What ended the records must be the end of what was written: no acknowledged record of
     // this generation may follow.
     let mut probe = offset + 8;
@@ -379,7 +400,25 @@ impl Wal {
             .open(&path)
             .map_err(|e| invalid(&path, e))?;
         let len = file.metadata().map_err(|e| invalid(&path, e))?.len();
-        if len != WAL_BYTES {
+        if (HEADER_BYTES..WAL_BYTES).contains(&len) {
+            // Cut short (a crash while the file was written, a copy that stopped): the records
+            // before the cut were read and folded above; the file gets its zeros back, so that
+            // later writes land on allocated blocks again.
+            tracing::warn!(
+                "{}: {len} bytes long, not {WAL_BYTES}: cut short; the records before the cut \
+                 were kept, the file is filled up with zeros again",
+                path.display()
+            );
+            let zeros = vec![0u8; 64 * 1024];
+            let mut at = len;
+            while at < WAL_BYTES {
+                let n = (WAL_BYTES - at).min(zeros.len() as u64) as usize;
+                file.write_all_at(&zeros[..n], at)
+                    .map_err(|e| invalid(&path, e))?;
+                at += n as u64;
+            }
+            file.sync_all().map_err(|e| invalid(&path, e))?;
+        } else if len != WAL_BYTES {
             return Err(invalid(
                 &path,
                 format!("is {len} bytes long, not {WAL_BYTES}"),
