@@ -158,8 +158,17 @@ async fn a_member_cut_off_answers_from_its_own_state_and_says_so() {
     let index = add_control_plane(&ring.client(), control_plane("before-cut", None))
         .await
         .unwrap();
-    // Cut off a follower: both others frozen (the leader among them).
+    // Cut off a follower: both others frozen (the leader among them), once it applied the write.
     let f = follower(&ring, leader);
+    garden_ring_tests::eventually(
+        Duration::from_secs(10),
+        "the follower applied the write",
+        || async {
+            let s = status(&ring.procs[f]).await.ok()?;
+            (s.applied_index >= index).then_some(())
+        },
+    )
+    .await;
     let others: Vec<usize> = (0..3).filter(|&i| i != f).collect();
     for &i in &others {
         ring.procs[i].signal(Signal::SIGSTOP);
