@@ -27,6 +27,10 @@ const LABEL: &str = "lin";
 pub const CLIENTS: usize = 4;
 /// Pause between a client's operations, ms (plus up to as much again, at random).
 const PAUSE_MS: u64 = 20;
+/// Least time between two writes of one client, ms: every write is a history event, and the
+/// ring keeps the newest 1,000, which hold the run's own events (detection, moves) that the
+/// harness reads back. Four clients write at most 8 times a second.
+const WRITE_INTERVAL_MS: u64 = 500;
 
 /// One client's record.
 #[derive(Default)]
@@ -120,10 +124,13 @@ async fn run(
     };
     let now_ms = || start.elapsed().as_millis() as u64;
     let mut written = 0u64;
+    let mut last_write_ms: Option<u64> = None;
     while !*stop.borrow() && !control_planes.is_empty() {
         let cp = control_planes[(next() % control_planes.len() as u64) as usize].clone();
         let invoke_ms = now_ms();
-        if next() % 2 == 0 {
+        let may_write = last_write_ms.is_none_or(|at| invoke_ms >= at + WRITE_INTERVAL_MS);
+        if may_write && next() % 2 == 0 {
+            last_write_ms = Some(invoke_ms);
             written += 1;
             let value = format!("c{me}-{written}");
             let request = pb::ControlPlaneLabelRequest {
