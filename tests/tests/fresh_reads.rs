@@ -204,9 +204,21 @@ async fn a_member_cut_off_answers_from_its_own_state_and_says_so() {
     );
 
     // ringctl against that member only: the answer, with the stale line first.
+    let asked = Instant::now();
     let out =
         garden_ring_tests::ringctl(&ring.client_config, &[ring.procs[f].admin()], &["status"]);
+    let status_took = asked.elapsed();
+    println!(
+        "ringctl status on the cut-off member took {} ms",
+        status_took.as_millis()
+    );
     assert!(out.status.success(), "{out:?}");
+    // Its read waits two election timeouts (600 ms), and so does the DNS summary it asks the
+    // leader for (15.6 s before that was bounded too).
+    assert!(
+        status_took < Duration::from_secs(5),
+        "ringctl status on a cut-off member took {status_took:?}"
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.starts_with("stale: last heard from the leader ")

@@ -1065,16 +1065,27 @@ impl Admin for AdminService {
         request: Request<pb::DnsListRequest>,
     ) -> Result<Response<pb::DnsListResponse>, Status> {
         let caller = caller(&request, Access::Read)?;
-        // Only the leader checks the servers: ask it. Without a leader, say what this member
-        // would publish, and that nobody checked.
+        // Only the leader checks the servers: ask it. Without a leader (or one that does not
+        // answer within a read's bound: a member cut off from it must not hold `ringctl status`
+        // for the forward's retries), say what this member would publish, and that nobody
+        // checked.
         let mut local_problem = None;
-        match self
-            .forward(&request, &caller, "DnsList", FORWARD_TIMEOUT)
-            .await
+        let bound = Duration::from_millis(self.timing.read_index_wait_ms());
+        match tokio::time::timeout(
+            bound,
+            self.forward(&request, &caller, "DnsList", FORWARD_TIMEOUT),
+        )
+        .await
         {
-            Ok(Some(response)) => return Ok(response),
-            Ok(None) => {}
-            Err(status) => local_problem = Some(status.message().to_string()),
+            Ok(Ok(Some(response))) => return Ok(response),
+            Ok(Ok(None)) => {}
+            Ok(Err(status)) => local_problem = Some(status.message().to_string()),
+            Err(_) => {
+                local_problem = Some(format!(
+                    "the leader did not answer within {} ms",
+                    bound.as_millis()
+                ))
+            }
         }
         let view = self.dns.view();
         let (records, zone, me) = self.read(|a| {
