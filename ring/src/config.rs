@@ -802,6 +802,46 @@ pub struct Config {
     pub insecure: bool,
 }
 
+/// Longest `log.level` accepted, bytes.
+pub const MAX_LOG_FILTER_BYTES: usize = 1024;
+
+/// Refuses what `tracing`'s filter would take unbounded time and memory to compile: a field
+/// filter with a value (`target[span{field=value}]=level`) turns the value into a regular
+/// expression compiled to a DFA, whose size can grow exponentially with the pattern (the config
+/// fuzz target found one that took minutes and gigabytes). Targets, levels, spans and a
+/// field's presence (`[{field}]`) stay.
+fn check_log_filter(level: &str) -> Result<(), ConfigError> {
+    if level.len() > MAX_LOG_FILTER_BYTES {
+        return Err(invalid(
+            "log.level",
+            format!(
+                "is {} bytes long, more than {MAX_LOG_FILTER_BYTES}",
+                level.len()
+            ),
+        ));
+    }
+    let mut depth = 0usize;
+    for c in level.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth = depth.saturating_sub(1),
+            '=' if depth > 0 => {
+                return Err(invalid(
+                    "log.level",
+                    format!(
+                        "{level:?}: field filters with a value ({{field=value}}) are not \
+                         accepted: the value is compiled into a regular expression of unbounded \
+                         size; filter on targets and levels, or on a field's presence \
+                         ({{field}})"
+                    ),
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 impl Config {
     /// Reads and parses `path` (without validating; see [`Config::validate`]).
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
@@ -943,6 +983,7 @@ impl Config {
         if self.snapshot.every_entries == 0 {
             return Err(invalid("snapshot.every_entries", "must be at least 1"));
         }
+        check_log_filter(&self.log.level)?;
         self.log
             .level
             .parse::<tracing_subscriber::EnvFilter>()
