@@ -716,6 +716,33 @@ impl Ring {
             .status();
     }
 
+    /// `n` free loopback addresses none of the members is configured to listen on (their
+    /// ports were released when the ring was prepared, so a plain [`Ports::reserve`] can hand
+    /// one of them out again: seen as "cannot listen on metrics address ...: already in use").
+    pub fn free_addresses(&self, n: usize) -> Vec<SocketAddr> {
+        let taken: std::collections::BTreeSet<u16> = self
+            .procs
+            .iter()
+            .flat_map(|p| [p.config.listen_peer.port(), p.config.listen_admin.port()])
+            .collect();
+        // Reservations that collided are held until the end, so none comes back.
+        let mut held = Vec::new();
+        loop {
+            let ports = Ports::reserve(n);
+            if ports.numbers().iter().all(|p| !taken.contains(p)) {
+                let addresses = ports
+                    .numbers()
+                    .iter()
+                    .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
+                    .collect();
+                ports.release();
+                drop(held);
+                return addresses;
+            }
+            held.push(ports);
+        }
+    }
+
     /// Runs the real `ringctl` against all members with `args`.
     pub fn ringctl(&self, args: &[&str]) -> Output {
         let endpoints: Vec<String> = self.procs.iter().map(Proc::admin).collect();

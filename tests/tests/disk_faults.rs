@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use garden_ring::pb;
 use garden_ring::raft::disk::MIN_FREE_BYTES;
 use garden_ring_tests::{
-    Ports, Ring, RingOptions, add_control_plane, control_plane, eventually, http_get, status,
+    Ring, RingOptions, add_control_plane, control_plane, eventually, http_get, status,
 };
 
 const FORM: Duration = Duration::from_secs(20);
@@ -64,9 +64,7 @@ async fn a_full_log_disk_stops_acknowledging_says_why_and_carries_on_once_space_
         return;
     }
     let mut ring = Ring::prepare(RingOptions::default());
-    let ports = Ports::reserve(1);
-    let metrics = SocketAddr::from(([127, 0, 0, 1], ports.numbers()[0]));
-    ports.release();
+    let metrics: SocketAddr = ring.free_addresses(1)[0];
     // Member c's data directory on a 64 MiB tmpfs.
     let mount = ring.dir.path().join("c-disk");
     let _tmpfs = Tmpfs::mount(&mount, 64);

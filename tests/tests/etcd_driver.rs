@@ -1130,13 +1130,7 @@ async fn garbage_collection_bounds_the_bucket_and_a_failover_still_restores_ever
         driver,
         ..RingOptions::default()
     });
-    let ports = Ports::reserve(ring.procs.len());
-    let metrics: Vec<std::net::SocketAddr> = ports
-        .numbers()
-        .iter()
-        .map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], *p)))
-        .collect();
-    ports.release();
+    let metrics = ring.free_addresses(ring.procs.len());
     for (p, address) in ring.procs.iter_mut().zip(&metrics) {
         p.config.backup = backup.clone();
         p.config.metrics.listen = Some(*address);

@@ -24,13 +24,7 @@ fn ring_with_metrics() -> (Ring, Vec<SocketAddr>) {
 
 fn ring_with_metrics_and(options: RingOptions) -> (Ring, Vec<SocketAddr>) {
     let mut ring = Ring::prepare(options);
-    let ports = Ports::reserve(ring.procs.len());
-    let addresses: Vec<SocketAddr> = ports
-        .numbers()
-        .iter()
-        .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
-        .collect();
-    ports.release();
+    let addresses = ring.free_addresses(ring.procs.len());
     for (p, address) in ring.procs.iter_mut().zip(&addresses) {
         p.config.metrics.listen = Some(*address);
         p.spawn();

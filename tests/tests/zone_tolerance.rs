@@ -414,13 +414,11 @@ async fn ring_with_spares(spares: &[&str], replace_after_ms: u64) -> Ring {
         ..RingOptions::default()
     });
     let joiners: Vec<usize> = (4..).take(spares.len()).map(|id| ring.joiner(id)).collect();
-    let ports = Ports::reserve(ring.procs.len());
-    let numbers = ports.numbers();
-    ports.release();
-    for (p, port) in ring.procs.iter_mut().zip(numbers) {
+    let metrics = ring.free_addresses(ring.procs.len());
+    for (p, address) in ring.procs.iter_mut().zip(metrics) {
         p.config.backup = BackupSettings::default();
         p.config.placement.etcd_replace_after_ms = replace_after_ms;
-        p.config.metrics.listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+        p.config.metrics.listen = Some(address);
     }
     for i in 0..3 {
         ring.procs[i].spawn();
