@@ -57,6 +57,16 @@ async fn names_on(ring: &Ring, i: usize) -> Option<Vec<String>> {
     Some(s.control_planes.into_iter().map(|c| c.name).collect())
 }
 
+/// Waits (at most `timeout`, panicking with `what`) until member `i` lists every control plane
+/// of `written` in a linearizable read.
+async fn lists_all(ring: &Ring, i: usize, written: &[String], timeout: Duration, what: &str) {
+    eventually(timeout, what, || async {
+        let names = names_on(ring, i).await?;
+        written.iter().all(|w| names.contains(w)).then_some(())
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_log_disk_stops_acknowledging_says_why_and_carries_on_once_space_is_back() {
     if !is_root() {
@@ -130,13 +140,12 @@ async fn a_full_log_disk_stops_acknowledging_says_why_and_carries_on_once_space_
     // Space back: c writes what waited, catches up, and is ready again.
     std::fs::remove_file(&filler).unwrap();
     let freed_at = Instant::now();
-    eventually(
+    lists_all(
+        &ring,
+        2,
+        &written,
         Duration::from_secs(20),
         "c lists every control plane",
-        || async {
-            let names = names_on(&ring, 2).await?;
-            written.iter().all(|w| names.contains(w)).then_some(())
-        },
     )
     .await;
     eventually(Duration::from_secs(10), "c is ready again", || async {
@@ -230,13 +239,12 @@ async fn a_failed_fsync_stops_the_member_and_a_restart_recovers_from_disk() {
             .unwrap();
         written.push(name);
     }
-    eventually(
+    lists_all(
+        &ring,
+        victim,
+        &written,
         Duration::from_secs(10),
         "the victim has everything",
-        || async {
-            let names = names_on(&ring, victim).await?;
-            written.iter().all(|w| names.contains(w)).then_some(())
-        },
     )
     .await;
 
@@ -267,13 +275,12 @@ async fn a_failed_fsync_stops_the_member_and_a_restart_recovers_from_disk() {
         .await
         .unwrap();
     written.push(name);
-    eventually(
+    lists_all(
+        &ring,
+        victim,
+        &written,
         Duration::from_secs(20),
         "the victim, restarted, lists every control plane",
-        || async {
-            let names = names_on(&ring, victim).await?;
-            written.iter().all(|w| names.contains(w)).then_some(())
-        },
     )
     .await;
 }
@@ -313,13 +320,12 @@ async fn a_torn_last_wal_record_is_dropped_and_the_ring_loses_nothing() {
             .unwrap();
         written.push(name);
     }
-    eventually(
+    lists_all(
+        &ring,
+        victim,
+        &written,
         Duration::from_secs(10),
         "the victim has everything",
-        || async {
-            let names = names_on(&ring, victim).await?;
-            written.iter().all(|w| names.contains(w)).then_some(())
-        },
     )
     .await;
     ring.procs[victim].kill9();
@@ -343,13 +349,12 @@ async fn a_torn_last_wal_record_is_dropped_and_the_ring_loses_nothing() {
         .unwrap();
     written.push(name);
     for i in 0..3 {
-        eventually(
+        lists_all(
+            &ring,
+            i,
+            &written,
             Duration::from_secs(20),
             &format!("member {i} lists every control plane"),
-            || async {
-                let names = names_on(&ring, i).await?;
-                written.iter().all(|w| names.contains(w)).then_some(())
-            },
         )
         .await;
     }
