@@ -193,9 +193,22 @@ impl LeaseDesk {
                     released.push((cp.name.clone(), cp.epoch, name.clone()));
                 }
             }
+            let mut problems = Vec::new();
             for cp in a.state.hosted(&name) {
                 if cp.phase == Phase::Starting && request.healthy.get(&cp.name) == Some(&cp.epoch) {
                     serving.push((cp.name.clone(), cp.epoch, name.clone()));
+                }
+                // What the host says is wrong (nothing, when it names none at this epoch),
+                // while it differs from what the state has.
+                let reported = request
+                    .problems
+                    .get(&cp.name)
+                    .filter(|(epoch, _)| *epoch == cp.epoch)
+                    .map(|(_, text)| text.clone());
+                if matches!(cp.phase, Phase::Starting | Phase::Running)
+                    && !crate::core::controller::same_problem(cp, reported.as_deref())
+                {
+                    problems.push(((cp.name.clone(), cp.epoch, name.clone()), reported));
                 }
             }
             let mut progress = Vec::new();
@@ -252,7 +265,7 @@ impl LeaseDesk {
                 }
             }
             Some((
-                (granted, replicas, etcd_changes, etcd_ids),
+                (granted, replicas, etcd_changes, etcd_ids, problems),
                 released,
                 serving,
                 progress,
@@ -261,7 +274,7 @@ impl LeaseDesk {
             ))
         });
         let Some((
-            (granted, replicas, etcd_changes, etcd_ids),
+            (granted, replicas, etcd_changes, etcd_ids, problems),
             released,
             serving,
             progress,
@@ -293,6 +306,8 @@ impl LeaseDesk {
                     inner.observations.backups.extend(backups);
                     inner.observations.etcd_changes.extend(etcd_changes);
                     inner.observations.etcd_ids.extend(etcd_ids);
+                    news |= !problems.is_empty();
+                    inner.observations.problems.extend(problems);
                 }
             }
         }

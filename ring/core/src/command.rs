@@ -312,6 +312,19 @@ pub enum Command {
         /// What it reports.
         report: crate::backup_report::BackupReport,
     },
+    /// The host reports what is wrong with a control plane it hosts (its etcd keeps exiting,
+    /// its data disk is full), or `None` once nothing is. The leader commits a report only
+    /// when it differs from the committed one, so history records each problem once.
+    ReportProblem {
+        /// The control plane.
+        name: String,
+        /// Its current epoch.
+        epoch: u64,
+        /// The host.
+        member: String,
+        /// What is wrong, in the host's words; `None`: nothing any more.
+        problem: Option<String>,
+    },
     /// Starts replacing the etcd member of a zone-tolerant control plane on `remove` (its ring
     /// member lost for long enough) by a new one on `add` (a spare in a zone the cluster does
     /// not use yet): `remove` leaves the cluster's members, `add` joins them as a learner, and
@@ -422,7 +435,8 @@ impl Command {
             | Command::ReleaseFence { name, epoch, .. }
             | Command::ReportServing { name, epoch, .. }
             | Command::ReportMigration { name, epoch, .. }
-            | Command::ReportBackup { name, epoch, .. } => Some((name, *epoch)),
+            | Command::ReportBackup { name, epoch, .. }
+            | Command::ReportProblem { name, epoch, .. } => Some((name, *epoch)),
             _ => None,
         }
     }
@@ -442,6 +456,7 @@ impl Command {
             Command::ReportServing { .. } => "control-plane.serving",
             Command::ReportMigration { .. } => "control-plane.migration",
             Command::ReportBackup { .. } => "control-plane.backup",
+            Command::ReportProblem { .. } => "control-plane.problem",
             Command::ReplaceEtcdMember { .. } => "control-plane.etcd-replace",
             Command::ReportEtcdChange { .. } => "control-plane.etcd-change",
             Command::RecordEtcdIds { .. } => "control-plane.etcd-ids",
@@ -563,6 +578,29 @@ impl Command {
                     return Err(CommandError::invalid("epoch", "0", "must be at least 1"));
                 }
                 report.validate()
+            }
+            Command::ReportProblem {
+                name,
+                epoch,
+                member,
+                problem,
+            } => {
+                require("control plane name", name, check_label)?;
+                require("member name", member, check_label)?;
+                if *epoch == 0 {
+                    return Err(CommandError::invalid("epoch", "0", "must be at least 1"));
+                }
+                if let Some(problem) = problem {
+                    require("problem", problem, check_text)?;
+                    if problem.trim().is_empty() {
+                        return Err(CommandError::invalid(
+                            "problem",
+                            problem,
+                            "must not be empty",
+                        ));
+                    }
+                }
+                Ok(())
             }
             Command::ReplaceEtcdMember {
                 name,

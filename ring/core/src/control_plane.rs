@@ -123,6 +123,22 @@ pub struct ControlPlane {
     /// Its etcd cluster (zone tolerance only): `None` until it is placed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd: Option<EtcdCluster>,
+    /// What its host reports wrong with it at the current epoch (its etcd keeps exiting, say),
+    /// committed when it appears, changes or clears ([`crate::Command::ReportProblem`]); only
+    /// while hosted, cleared by every move.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<HostProblem>,
+}
+
+/// What a host reports wrong with a control plane it hosts: the control plane is down or
+/// failing there although the host itself is in contact (so no failover happens by itself).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostProblem {
+    /// The host's words (at most [`crate::limits::MAX_TEXT_LEN`] bytes).
+    pub text: String,
+    /// When it was first committed, on the proposer's clock (Unix ms); kept while only the
+    /// words change.
+    pub since_ms: u64,
 }
 
 fn is_default<T: Default + PartialEq>(value: &T) -> bool {

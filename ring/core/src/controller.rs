@@ -109,6 +109,10 @@ pub struct Observations {
     /// host read from etcd's member list, while it names an id the ring has not recorded
     /// ([`Observations::observe`] forgets the others).
     pub etcd_ids: BTreeMap<(String, u64, String), BTreeMap<String, u64>>,
+    /// (control plane, epoch, host) -> what the host reports wrong with it (`None`: nothing),
+    /// while that differs from the committed problem ([`Observations::observe`] forgets the
+    /// others).
+    pub problems: BTreeMap<(String, u64, String), Option<String>>,
 }
 
 impl Observations {
@@ -162,6 +166,12 @@ impl Observations {
                 })
             })
         });
+        self.problems.retain(|(cp, epoch, _), reported| {
+            state
+                .control_planes
+                .get(cp)
+                .is_some_and(|c| c.epoch == *epoch && !same_problem(c, reported.as_deref()))
+        });
         self.backups.retain(|(cp, epoch, _), report| {
             state.control_planes.get(cp).is_some_and(|c| {
                 c.epoch == *epoch
@@ -206,6 +216,7 @@ pub fn decide(state: &RingState, obs: &Observations, policy: &Policy) -> Vec<Dec
         .map(|(name, _)| name.to_string())
         .collect();
     let mut reports = backup_reports(state, obs, &decided);
+    reports.extend(problem_reports(state, obs, &decided));
     reports.extend(etcd_decisions(state, obs, policy, &decided));
     if !reports.is_empty() {
         out.extend(reports);
@@ -245,6 +256,52 @@ fn backup_reports(
                 report: report.clone(),
             },
             reason: format!("{member} reports its backups"),
+        });
+    }
+    out
+}
+
+/// Whether `reported` (a host's words, `None`: nothing wrong) is what `cp` has committed.
+pub fn same_problem(cp: &ControlPlane, reported: Option<&str>) -> bool {
+    cp.problem.as_ref().map(|p| p.text.as_str()) == reported
+}
+
+/// The hosts' problem reports to commit: from the host of a `starting` or `running` control
+/// plane at its epoch, different from the committed one, valid, and about a control plane
+/// nothing else in this round (`decided`) is about.
+fn problem_reports(
+    state: &RingState,
+    obs: &Observations,
+    decided: &BTreeSet<String>,
+) -> Vec<Decision> {
+    let mut out = Vec::new();
+    for ((name, epoch, member), problem) in &obs.problems {
+        let Some(cp) = state.control_planes.get(name) else {
+            continue;
+        };
+        if !matches!(cp.phase, Phase::Starting | Phase::Running)
+            || cp.epoch != *epoch
+            || cp.host.as_deref() != Some(member.as_str())
+            || decided.contains(name)
+            || same_problem(cp, problem.as_deref())
+        {
+            continue;
+        }
+        let command = Command::ReportProblem {
+            name: name.clone(),
+            epoch: *epoch,
+            member: member.clone(),
+            problem: problem.clone(),
+        };
+        if command.validate().is_err() {
+            continue;
+        }
+        out.push(Decision {
+            command,
+            reason: match problem {
+                Some(_) => format!("{member} reports a problem with it"),
+                None => format!("{member} reports it well again"),
+            },
         });
     }
     out

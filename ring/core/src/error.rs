@@ -421,6 +421,8 @@ pub enum ReportKind {
     Migration,
     /// `ReportBackup`.
     Backups,
+    /// `ReportProblem`.
+    Problem,
 }
 
 impl fmt::Display for ReportKind {
@@ -429,6 +431,7 @@ impl fmt::Display for ReportKind {
             ReportKind::Serving => "serving epoch",
             ReportKind::Migration => "a migration at epoch",
             ReportKind::Backups => "its backups at epoch",
+            ReportKind::Problem => "a problem at epoch",
         })
     }
 }

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::NodeId;
 use super::backup_report::BackupReport;
 use super::command::{Command, ControlPlaneSpec, Proposal};
-use super::control_plane::{ControlPlane, MoveKind, Phase};
+use super::control_plane::{ControlPlane, HostProblem, MoveKind, Phase};
 use super::error::{CommandError, ReportKind, Unfitness};
 use super::etcd_cluster::{
     EtcdChange, EtcdChangeStep, EtcdCluster, EtcdHealth, EtcdMember, ReplicaKey, Tolerance,
@@ -447,6 +447,21 @@ impl RingState {
                 member,
                 report,
             } => match self.report_backup(name, *epoch, member, report)? {
+                Some(detail) => detail,
+                None => return Ok(()),
+            },
+            Command::ReportProblem {
+                name,
+                epoch,
+                member,
+                problem,
+            } => match self.report_problem(
+                name,
+                *epoch,
+                member,
+                problem.as_deref(),
+                proposal.at_ms,
+            )? {
                 Some(detail) => detail,
                 None => return Ok(()),
             },
@@ -974,6 +989,8 @@ impl RingState {
         cp.moved_at_ms = at_ms;
         // The backups reported at the old epoch are the old host's; the new host reports its own.
         cp.backup_status = None;
+        // So is what the old host reported wrong with it.
+        cp.problem = None;
         match to {
             Some(to) => {
                 // Moving back to a former host: it stops its old instance itself (its agent
@@ -1146,6 +1163,48 @@ impl RingState {
         )))
     }
 
+    /// The host reports what is wrong with control plane `name` at `epoch` (`None`: nothing);
+    /// refused unless it hosts it there, starting or running. `None` for history when nothing
+    /// changes; a problem keeps its first time while only its words change.
+    fn report_problem(
+        &mut self,
+        name: &str,
+        epoch: u64,
+        member: &str,
+        problem: Option<&str>,
+        at_ms: u64,
+    ) -> Result<Option<String>, CommandError> {
+        let cp = self.control_plane_mut(name)?;
+        if cp.epoch != epoch
+            || cp.host.as_deref() != Some(member)
+            || !matches!(cp.phase, Phase::Starting | Phase::Running)
+        {
+            return Err(unexpected_report(cp, member, ReportKind::Problem, epoch));
+        }
+        match (cp.problem.take(), problem) {
+            (None, None) => Ok(None),
+            (Some(old), None) => Ok(Some(format!(
+                "no problem any more on {member} at epoch {epoch} (reported since {} ms before): {}",
+                at_ms.saturating_sub(old.since_ms),
+                super::error::shorten(&old.text)
+            ))),
+            (old, Some(text)) => {
+                let unchanged = old.as_ref().is_some_and(|o| o.text == text);
+                let since_ms = old.as_ref().map_or(at_ms, |o| o.since_ms);
+                cp.problem = Some(HostProblem {
+                    text: text.to_string(),
+                    since_ms,
+                });
+                if unchanged {
+                    return Ok(None);
+                }
+                Ok(Some(format!(
+                    "problem on {member} at epoch {epoch}: {text}"
+                )))
+            }
+        }
+    }
+
     fn cordon(&mut self, id: NodeId, cordoned: bool) -> Result<Option<String>, CommandError> {
         let member = self.member_mut(id)?;
         if member.cordoned == cordoned {
@@ -1307,6 +1366,7 @@ impl RingState {
                 migration,
                 labels: BTreeMap::new(),
                 backup_status: None,
+                problem: None,
                 tolerance: spec.tolerance,
                 etcd_peers: spec.etcd_peers.clone(),
                 etcd,
@@ -1716,6 +1776,7 @@ impl RingState {
             | Command::ReportServing { name, .. }
             | Command::ReportMigration { name, .. }
             | Command::ReportBackup { name, .. }
+            | Command::ReportProblem { name, .. }
             | Command::ReplaceEtcdMember { name, .. }
             | Command::ReportEtcdChange { name, .. }
             | Command::RecordEtcdIds { name, .. }
@@ -1801,6 +1862,7 @@ fn touched_control_plane(command: &Command) -> Option<&str> {
         | Command::ReportServing { name, .. }
         | Command::ReportMigration { name, .. }
         | Command::ReportBackup { name, .. }
+        | Command::ReportProblem { name, .. }
         | Command::ReplaceEtcdMember { name, .. }
         | Command::ReportEtcdChange { name, .. }
         | Command::RecordEtcdIds { name, .. }
@@ -1905,6 +1967,11 @@ fn check_control_plane(cp: &ControlPlane) {
         "{name} has a backup report while {}",
         cp.phase
     );
+    assert!(
+        cp.problem.is_none() || matches!(cp.phase, Phase::Starting | Phase::Running),
+        "{name} has a host's problem while {}",
+        cp.phase
+    );
     if let Some(m) = &cp.migration {
         assert!(m.epoch <= cp.epoch, "{name}'s migration is from the future");
         if m.epoch == cp.epoch && cp.host.is_some() {
@@ -1987,6 +2054,7 @@ fn subject(state: &RingState, command: &Command) -> String {
         | Command::ReportServing { name, .. }
         | Command::ReportMigration { name, .. }
         | Command::ReportBackup { name, .. }
+        | Command::ReportProblem { name, .. }
         | Command::ReplaceEtcdMember { name, .. }
         | Command::ReportEtcdChange { name, .. }
         | Command::RecordEtcdIds { name, .. }

@@ -37,6 +37,30 @@ use crate::time::monotonic_ms;
 
 /// Most bytes of a hook's output kept for the log.
 pub const MAX_HOOK_OUTPUT_BYTES: usize = 4 * 1024;
+/// The pause before an etcd that failed starts again, in ms, after its first failure in a
+/// row; it doubles with each further one, up to [`MAX_RESTART_BACKOFF_MS`].
+const FIRST_RESTART_BACKOFF_MS: u64 = 1_000;
+/// The longest pause before an etcd that keeps failing starts again, in ms.
+const MAX_RESTART_BACKOFF_MS: u64 = 30_000;
+/// How long an etcd that failed before must stay healthy before its failures are forgotten
+/// (its backoff starts from [`FIRST_RESTART_BACKOFF_MS`] again), in ms.
+const FORGET_FAILURES_AFTER_MS: u64 = 60_000;
+/// Below this many free bytes on the file system of an etcd's data, a failure's report says
+/// so: etcd preallocates its WAL files at 64 MiB each, so it fails to write with room to
+/// spare by other measures.
+const LOW_DATA_DISK_BYTES: u64 = 128 * 1024 * 1024;
+
+/// An etcd of a control plane that ended by itself (see [`EtcdInstance::failed`]): what the
+/// host reports, and when it tries again.
+#[derive(Debug, Clone)]
+struct Failure {
+    epoch: u64,
+    why: String,
+    /// Failures in a row (from 1).
+    count: u32,
+    /// Not started again before this (monotonic ms).
+    next_start_ms: u64,
+}
 
 struct Instance {
     target: Target,
@@ -73,6 +97,8 @@ pub struct Workloads {
     replicas: BTreeMap<String, Replica>,
     snapshots: Arc<SnapshotTimes>,
     backups: Arc<BackupStatuses>,
+    /// Control plane -> its etcd's failures in a row at its latest epoch here.
+    failures: BTreeMap<String, Failure>,
 }
 
 /// The `ring-guard` binary next to the running executable.
@@ -98,6 +124,7 @@ impl Workloads {
             replicas: BTreeMap::new(),
             snapshots: Arc::default(),
             backups: Arc::default(),
+            failures: BTreeMap::new(),
         }
     }
 
@@ -213,6 +240,22 @@ impl Workloads {
     /// Starts `target`, to be stopped at `deadline_ms` (monotonic) unless extended.
     pub async fn start(&mut self, target: Target, deadline_ms: u64) -> Result<(), DriverError> {
         if let Some(runtime) = &self.etcd {
+            if let Some(failure) = self.failures.get(&target.name) {
+                if failure.epoch != target.epoch {
+                    self.failures.remove(&target.name);
+                } else if let Some(retry_in_ms) = failure
+                    .next_start_ms
+                    .checked_sub(monotonic_ms())
+                    .filter(|ms| *ms > 0)
+                {
+                    return Err(DriverError::BackingOff {
+                        name: target.name.clone(),
+                        epoch: target.epoch,
+                        failures: failure.count,
+                        retry_in_ms,
+                    });
+                }
+            }
             if let Some(old) = self.etcd_instances.get(&target.name) {
                 // Never two instances of one control plane: the old one finishes stopping first.
                 return Err(DriverError::Busy {
@@ -460,6 +503,45 @@ impl Workloads {
             .collect()
     }
 
+    /// What is wrong with the control planes whose etcd runs here or failed here (control
+    /// plane -> (epoch, the host's words)): an etcd that failed (and is not healthy again
+    /// since), or one that runs but has failed its health checks for a while. The words say
+    /// when the file system of the data is nearly full. Empty with other drivers.
+    pub fn problems(&self) -> BTreeMap<String, (u64, String)> {
+        let mut out = BTreeMap::new();
+        for (name, failure) in &self.failures {
+            let healthy_again = self
+                .etcd_instances
+                .get(name)
+                .is_some_and(|i| i.target().epoch == failure.epoch && i.healthy());
+            if !healthy_again {
+                let text = format!(
+                    "etcd failed {} time(s) in a row: {}",
+                    failure.count, failure.why
+                );
+                out.insert(name.clone(), (failure.epoch, text));
+            }
+        }
+        for (name, instance) in &self.etcd_instances {
+            if out.contains_key(name) {
+                continue;
+            }
+            if let Some(text) = instance.problem() {
+                out.insert(name.clone(), (instance.target().epoch, text));
+            }
+        }
+        if let Some(runtime) = &self.etcd {
+            for (name, (epoch, text)) in &mut out {
+                if let Some(note) = low_disk_note(&runtime.epoch_dir(name, *epoch)) {
+                    text.push_str("; ");
+                    text.push_str(&note);
+                }
+                truncate_text(text, crate::core::limits::MAX_TEXT_LEN);
+            }
+        }
+        out
+    }
+
     /// Whether the health of an etcd instance differs from `reported` (control plane -> epoch
     /// reported healthy in the last renewal). Cheap (no hooks): the agent checks it between
     /// renewals, so a new host reports serving as soon as its gate opened.
@@ -528,14 +610,45 @@ impl Workloads {
                 .await;
             }
         }
+        let failures = &mut self.failures;
         self.etcd_instances.retain(|name, instance| {
-            let ended = instance.phase() == InstancePhase::Ended;
-            if ended {
-                let _in =
-                    crate::logging::control_plane_span(name, instance.target().epoch).entered();
-                tracing::info!("etcd instance ended");
+            let epoch = instance.target().epoch;
+            if instance.phase() != InstancePhase::Ended {
+                if instance.healthy()
+                    && failures.get(name).is_some_and(|f| {
+                        f.epoch == epoch
+                            && now >= f.next_start_ms.saturating_add(FORGET_FAILURES_AFTER_MS)
+                    })
+                {
+                    failures.remove(name);
+                }
+                return true;
             }
-            !ended
+            let _in = crate::logging::control_plane_span(name, epoch).entered();
+            match instance.failed() {
+                None => tracing::info!("etcd instance ended"),
+                Some(why) => {
+                    let count = match failures.get(name) {
+                        Some(f) if f.epoch == epoch => f.count.saturating_add(1),
+                        _ => 1,
+                    };
+                    let backoff_ms = restart_backoff_ms(count);
+                    tracing::error!(
+                        failures = count,
+                        "etcd failed: {why}; starting again in {backoff_ms} ms"
+                    );
+                    failures.insert(
+                        name.clone(),
+                        Failure {
+                            epoch,
+                            why,
+                            count,
+                            next_start_ms: now.saturating_add(backoff_ms),
+                        },
+                    );
+                }
+            }
+            false
         });
         self.instances
             .iter()
@@ -546,6 +659,39 @@ impl Workloads {
                     .map(|(n, i)| (n.clone(), i.target().epoch)),
             )
             .collect()
+    }
+}
+
+/// The pause before an etcd that failed `count` times in a row starts again, in ms.
+fn restart_backoff_ms(count: u32) -> u64 {
+    let doublings = count.saturating_sub(1).min(16);
+    FIRST_RESTART_BACKOFF_MS
+        .saturating_mul(1 << doublings)
+        .min(MAX_RESTART_BACKOFF_MS)
+}
+
+/// "the data disk is nearly full (N MiB free)" when the file system that holds `dir` (or its
+/// nearest existing parent) has less than [`LOW_DATA_DISK_BYTES`] free.
+fn low_disk_note(dir: &std::path::Path) -> Option<String> {
+    let existing = dir.ancestors().find(|d| d.exists())?;
+    let free = crate::raft::disk::free_bytes(existing).ok()?;
+    (free < LOW_DATA_DISK_BYTES).then(|| {
+        format!(
+            "the file system of its data ({}) has {} MiB free (etcd preallocates 64 MiB WAL files)",
+            existing.display(),
+            free / (1024 * 1024)
+        )
+    })
+}
+
+/// Cuts `text` to at most `max_bytes`, at a character boundary.
+fn truncate_text(text: &mut String, max_bytes: usize) {
+    if text.len() > max_bytes {
+        let mut end = max_bytes;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
     }
 }
 
@@ -645,5 +791,25 @@ mod tests {
         assert_eq!(Target::from_state(&after, "a", "x", 1), None);
         assert_eq!(Target::from_state(&after, "c", "x", 2), None);
         assert_eq!(Target::from_state(&after, "b", "y", 2), None);
+    }
+
+    #[test]
+    fn a_failing_etcd_waits_longer_after_each_failure_up_to_a_cap() {
+        let pauses: Vec<u64> = (1..=8).map(restart_backoff_ms).collect();
+        assert_eq!(
+            pauses,
+            [1_000, 2_000, 4_000, 8_000, 16_000, 30_000, 30_000, 30_000]
+        );
+        assert_eq!(restart_backoff_ms(u32::MAX), MAX_RESTART_BACKOFF_MS);
+    }
+
+    #[test]
+    fn a_long_problem_is_cut_at_a_character_boundary() {
+        let mut text = "é".repeat(300); // 600 bytes
+        truncate_text(&mut text, 511);
+        assert_eq!(text.len(), 510);
+        let mut short = "ok".to_string();
+        truncate_text(&mut short, 511);
+        assert_eq!(short, "ok");
     }
 }

@@ -76,6 +76,9 @@ const MAX_PREPARE_BACKOFF_MS: u64 = 5_000;
 const FIRST_PREPARE_BACKOFF_MS: u64 = 200;
 /// How many times `member_lost_ms` an own etcd stays frozen after its lease ran out, at most.
 const HOLD_MEMBER_LOST_TIMES: u64 = 4;
+/// How long a serving etcd may fail its health checks before its host reports a problem, in
+/// ms (a compaction or a defragmentation may hold it up for a few seconds).
+const UNHEALTHY_PROBLEM_MS: u64 = 10_000;
 
 /// Where an instance is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +108,11 @@ struct View {
     /// Why its backups may not be garbage-collected now, from the applied state (None: they
     /// may).
     gc_hold: Option<Hold>,
+    /// Since when (monotonic ms) its serving etcd has failed every health check.
+    unhealthy_since_ms: Option<u64>,
+    /// Why it ended by itself (etcd exited, could not start, its data could not be prepared);
+    /// `None` while it runs, and when it ended because it was told to (stop, lease, move).
+    failed: Option<String>,
 }
 
 struct Shared {
@@ -183,6 +191,8 @@ impl EtcdInstance {
                 gc_hold: Some(Hold::NotServingHere {
                     epoch: target.epoch,
                 }),
+                unhealthy_since_ms: None,
+                failed: None,
             }),
             gate: tokio::sync::Mutex::new(None),
         });
@@ -266,6 +276,21 @@ impl EtcdInstance {
             return InstancePhase::Ended;
         }
         self.shared.view().phase
+    }
+
+    /// Why the instance ended by itself, once it has (see [`View::failed`]).
+    pub fn failed(&self) -> Option<String> {
+        self.shared.view().failed.clone()
+    }
+
+    /// What is wrong while it runs: etcd serves but has failed its health checks for
+    /// [`UNHEALTHY_PROBLEM_MS`].
+    pub fn problem(&self) -> Option<String> {
+        let view = self.shared.view();
+        let since = view.unhealthy_since_ms?;
+        (view.phase == InstancePhase::Serving
+            && monotonic_ms().saturating_sub(since) >= UNHEALTHY_PROBLEM_MS)
+            .then(|| "etcd runs but does not answer its health checks".to_string())
     }
 
     /// Whether etcd serves and answered its last health check.
@@ -413,6 +438,12 @@ async fn run(
             Ok(chain) => resume = chain,
             Err(why) => {
                 tracing::warn!("not started: {why}");
+                if !matches!(
+                    why,
+                    InstanceError::StoppedWhilePreparing | InstanceError::LeaseRanOut
+                ) {
+                    shared.view().failed = Some(format!("not started: {why}"));
+                }
                 shared.set_phase(InstancePhase::Ended);
                 return;
             }
@@ -441,10 +472,14 @@ async fn run(
         Err(why) => {
             tracing::error!("{why}");
             shared.close_gate().await;
+            shared.view().failed = Some(why.to_string());
             shared.set_phase(InstancePhase::Ended);
             return;
         }
     };
+    if let Ending::Exited(status) = &ending {
+        shared.view().failed = Some(format!("etcd exited while serving: {status}"));
+    }
     shared.set_phase(InstancePhase::Ended);
     tracing::info!("etcd stopped ({ending:?})");
 }
@@ -1474,7 +1509,13 @@ fn set_copy_progress(shared: &Shared, progress: watch::Receiver<CopyProgress>) {
 }
 
 fn set_healthy(shared: &Shared, ok: bool) {
-    shared.view().healthy = ok;
+    let mut view = shared.view();
+    view.healthy = ok;
+    if ok {
+        view.unhealthy_since_ms = None;
+    } else if view.unhealthy_since_ms.is_none() {
+        view.unhealthy_since_ms = Some(monotonic_ms());
+    }
 }
 
 /// Awaits `work` while handing every new lease deadline on to the guard of an own etcd: a

@@ -282,6 +282,7 @@ impl Agent {
                 backups: self.workloads.backups(&running),
                 etcd_changes: self.workloads.etcd_changes(),
                 etcd_ids: self.workloads.etcd_ids(),
+                problems: self.workloads.problems(),
             })
             .await;
         let reply = match reply {
@@ -400,6 +401,10 @@ impl Agent {
                     // Renew again at once: the leader learns that it runs (and, without a
                     // health check to wait for, serves) now, not a renewal interval later.
                     Ok(()) => self.again = true,
+                    // Said once, when it failed; not again at every renewal of the pause.
+                    Err(e @ crate::agent::driver::DriverError::BackingOff { .. }) => {
+                        tracing::debug!("not started: {e}");
+                    }
                     Err(e) => tracing::error!("cannot start: {e}"),
                 }
             }

@@ -40,6 +40,22 @@ pub enum DriverError {
         /// The control plane.
         name: String,
     },
+    /// The control plane's etcd failed here a moment ago; it starts again after a pause that
+    /// doubles with every failure in a row (a crash loop must not hammer the disk or the
+    /// object store).
+    #[error(
+        "etcd of {name} at epoch {epoch} failed here {failures} time(s) in a row; starting again in {retry_in_ms} ms"
+    )]
+    BackingOff {
+        /// The control plane.
+        name: String,
+        /// The epoch.
+        epoch: u64,
+        /// Failures in a row.
+        failures: u32,
+        /// How long until the next start, in ms.
+        retry_in_ms: u64,
+    },
     /// A hook failed or timed out.
     #[error("hook {action} for {name} at epoch {epoch}: {why}")]
     Hook {

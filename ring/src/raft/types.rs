@@ -141,6 +141,11 @@ pub struct RenewRequest {
     #[serde(default)]
     pub etcd_ids:
         std::collections::BTreeMap<String, (u64, std::collections::BTreeMap<String, u64>)>,
+    /// Of the control planes it hosts (running or not), what is wrong with them here:
+    /// control plane -> (epoch, the host's words), e.g. an etcd that keeps exiting. Absent:
+    /// nothing wrong (or a member that predates it).
+    #[serde(default)]
+    pub problems: std::collections::BTreeMap<String, (u64, String)>,
     /// When this member last accepted a message of a leader of a term below its vote's (see
     /// [`crate::raft::contact`]): a new leader counts silent members' time from the latest of a
     /// quorum's. `None` from a member that predates it (the leader then counts from its

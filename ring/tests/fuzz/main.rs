@@ -855,6 +855,16 @@ fn command() -> BoxedStrategy<Command> {
             .prop_map(|(name, epoch, member)| Command::ReportServing { name, epoch, member }),
         2 => (strings(&["cp-a", "nope"]), 0u64..5, member_name(), backup_report())
             .prop_map(|(name, epoch, member, report)| Command::ReportBackup { name, epoch, member, report }),
+        2 => (
+            strings(&["cp-a", "nope"]),
+            0u64..5,
+            member_name(),
+            option::of(prop_oneof![
+                strings(&["etcd exited", "", "bad\u{0}", "\u{202e}"]),
+                (510usize..=514).prop_map(|n| "p".repeat(n)),
+            ]),
+        )
+            .prop_map(|(name, epoch, member, problem)| Command::ReportProblem { name, epoch, member, problem }),
         1 => (node_id(), any::<bool>()).prop_map(|(id, cordoned)| Command::Cordon { id, cordoned }),
         1 => (node_id(), vec((member_name(), member_name()), 0..20))
             .prop_map(|(id, labels)| Command::SetLabels { id, labels: labels.into_iter().collect() }),

@@ -667,3 +667,48 @@ fn backup_reports_keep_decisions_in_name_order() {
         .collect();
     assert_eq!(names, ["w", "x"], "{d:?}");
 }
+
+fn problem_decisions(d: &[Decision]) -> Vec<Option<&str>> {
+    d.iter()
+        .filter_map(|d| match &d.command {
+            Command::ReportProblem { problem, .. } => Some(problem.as_deref()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_hosts_problem_is_committed_once_and_its_end_once() {
+    let mut ring = Ring::new();
+    ring.add("x", None, "a");
+    let key = ("x".to_string(), 1, "a".to_string());
+    let mut obs = Observations::default();
+
+    // Reported while starting: committed at once (no waiting for it to run).
+    obs.problems.insert(key.clone(), Some("etcd exited".into()));
+    let d = ring.run(&mut obs);
+    assert_eq!(problem_decisions(&d), [Some("etcd exited")], "{d:?}");
+    assert!(d[0].reason.contains("a reports a problem"), "{d:?}");
+    assert!(ring.run(&mut obs).is_empty(), "committed once");
+    assert!(obs.problems.is_empty(), "a committed report is forgotten");
+
+    // From another member, another epoch, or invalid: never.
+    for (k, text) in [
+        (("x".to_string(), 1, "b".to_string()), "not mine"),
+        (("x".to_string(), 2, "a".to_string()), "future"),
+        (key.clone(), "bad\u{0}"),
+    ] {
+        obs.problems.insert(k, Some(text.into()));
+        let d = ring.run(&mut obs);
+        assert!(problem_decisions(&d).is_empty(), "{text}: {d:?}");
+        obs.problems.clear();
+    }
+
+    // Well again: the clearing is committed once.
+    obs.problems.insert(key.clone(), None);
+    let d = ring.run(&mut obs);
+    assert_eq!(problem_decisions(&d), [None], "{d:?}");
+    assert!(d[0].reason.contains("a reports it well again"), "{d:?}");
+    assert_eq!(ring.cp("x").problem, None);
+    assert!(ring.run(&mut obs).is_empty());
+}

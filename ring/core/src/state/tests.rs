@@ -1104,3 +1104,147 @@ fn backup_reports_are_kept_while_running_refused_elsewhere_and_cleared_on_move()
         "{err:?}"
     );
 }
+
+fn report_problem(name: &str, epoch: u64, member: &str, problem: Option<&str>) -> Command {
+    Command::ReportProblem {
+        name: name.into(),
+        epoch,
+        member: member.into(),
+        problem: problem.map(str::to_string),
+    }
+}
+
+fn at(command: Command, at_ms: u64) -> Proposal {
+    Proposal {
+        at_ms,
+        ..proposal(command)
+    }
+}
+
+#[test]
+fn a_hosts_problem_is_recorded_once_kept_while_it_lasts_and_cleared_by_the_host_or_a_move() {
+    let mut state = ring3();
+    state
+        .apply(2, &proposal(Command::AddControlPlane(cp("x", Some("a")))))
+        .unwrap();
+    let host = state.control_planes["x"].host.clone().unwrap();
+    let other = if host == "b" { "c" } else { "b" };
+    let disk_full = "etcd exited while serving: exit status: 2";
+
+    // Starting counts (an etcd that cannot start is exactly what must be seen).
+    assert_eq!(state.control_planes["x"].phase, Phase::Starting);
+    let events = state.history.len();
+    state
+        .apply(
+            3,
+            &at(report_problem("x", 1, &host, Some(disk_full)), 1_000),
+        )
+        .unwrap();
+    let problem = state.control_planes["x"].problem.clone().unwrap();
+    assert_eq!(
+        (problem.text.as_str(), problem.since_ms),
+        (disk_full, 1_000)
+    );
+    let event = state.history.newest(1)[0].clone();
+    assert_eq!(
+        (event.index, event.action.as_str(), event.subject.as_str()),
+        (3, "control-plane.problem", "x")
+    );
+    assert_eq!(
+        event.detail,
+        format!("problem on {host} at epoch 1: {disk_full}")
+    );
+
+    // The same words again: nothing new in history. Other words: recorded, the first time kept.
+    state
+        .apply(
+            4,
+            &at(report_problem("x", 1, &host, Some(disk_full)), 2_000),
+        )
+        .unwrap();
+    assert_eq!(state.history.len(), events + 1);
+    state
+        .apply(5, &at(report_problem("x", 1, &host, Some("worse")), 3_000))
+        .unwrap();
+    assert_eq!(state.history.len(), events + 2);
+    assert_eq!(
+        state.control_planes["x"]
+            .problem
+            .as_ref()
+            .map(|p| p.since_ms),
+        Some(1_000)
+    );
+
+    // Only the host at the current epoch reports; bad words are refused; nothing changes.
+    for command in [
+        report_problem("x", 1, other, Some("not mine")),
+        report_problem("x", 2, &host, Some("future")),
+        report_problem("x", 0, &host, Some("zero")),
+        report_problem("x", 1, &host, Some("  ")),
+        report_problem("x", 1, &host, Some("bad\u{0}")),
+        report_problem("nope", 1, &host, Some("who")),
+    ] {
+        refused(&mut state, 6, command);
+    }
+    let err = refused(&mut state, 6, report_problem("x", 1, other, Some("x")));
+    assert!(
+        matches!(
+            err,
+            CommandError::UnexpectedReport {
+                report: ReportKind::Problem,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+
+    // It survives JSON; cleared by the host with the time it lasted.
+    let decoded: RingState = serde_json::from_str(&serde_json::to_string(&state).unwrap()).unwrap();
+    assert_eq!(decoded, state);
+    state
+        .apply(6, &at(report_problem("x", 1, &host, None), 8_000))
+        .unwrap();
+    assert_eq!(state.control_planes["x"].problem, None);
+    assert_eq!(
+        state.history.newest(1)[0].detail,
+        format!("no problem any more on {host} at epoch 1 (reported since 7000 ms before): worse")
+    );
+    // Nothing to clear: no history.
+    let events = state.history.len();
+    state
+        .apply(7, &proposal(report_problem("x", 1, &host, None)))
+        .unwrap();
+    assert_eq!(state.history.len(), events);
+
+    // A move clears it, and the old host can no longer report.
+    state
+        .apply(8, &proposal(report_problem("x", 1, &host, Some(disk_full))))
+        .unwrap();
+    state
+        .apply(
+            9,
+            &proposal(Command::MoveControlPlane {
+                name: "x".into(),
+                to: Some(other.into()),
+                epoch: 2,
+                kind: MoveKind::Failover,
+                note: String::new(),
+            }),
+        )
+        .unwrap();
+    assert_eq!(state.control_planes["x"].problem, None);
+    let json = serde_json::to_string(&state).unwrap();
+    assert!(!json.contains("\"problem\""), "{json}");
+    refused(
+        &mut state,
+        10,
+        report_problem("x", 1, &host, Some(disk_full)),
+    );
+    // The new host, still fencing the old one: refused until it may start.
+    assert_eq!(state.control_planes["x"].phase, Phase::Fencing);
+    refused(
+        &mut state,
+        10,
+        report_problem("x", 2, other, Some(disk_full)),
+    );
+}
