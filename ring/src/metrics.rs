@@ -318,6 +318,19 @@ impl Sources {
             }
             let _ = writeln!(
                 out,
+                "# HELP garden_ring_control_plane_problem 1 while the control plane's host reports something wrong with it (its etcd keeps exiting or cannot start, its data disk is full); `ringctl cp get` says what.\n# TYPE garden_ring_control_plane_problem gauge"
+            );
+            for cp in state.control_planes.values() {
+                let _ = writeln!(
+                    out,
+                    "garden_ring_control_plane_problem{{control_plane=\"{}\",host=\"{}\"}} {}",
+                    cp.name,
+                    cp.host.as_deref().unwrap_or(""),
+                    u8::from(cp.problem.is_some())
+                );
+            }
+            let _ = writeln!(
+                out,
                 "# HELP garden_ring_control_plane_etcd_health 1 for how the etcd cluster of a zone-tolerant control plane stands: whole, degraded (a majority up) or no-quorum (an operator recovers it).\n# TYPE garden_ring_control_plane_etcd_health gauge"
             );
             for cp in state.control_planes.values() {

@@ -381,3 +381,47 @@ pub async fn key_values(
         })
         .collect()
 }
+
+/// The members of a test ring: a, b, c.
+pub const MEMBERS: [&str; 3] = ["a", "b", "c"];
+
+/// One `file://` location per member for control plane `name`.
+pub fn file_backups(dir: &Path, name: &str) -> std::collections::BTreeMap<String, String> {
+    MEMBERS
+        .iter()
+        .map(|m| {
+            let path = dir.join("backups").join(m).join(name);
+            std::fs::create_dir_all(&path).unwrap();
+            (m.to_string(), format!("file://{}", path.display()))
+        })
+        .collect()
+}
+
+/// A control plane with a loopback endpoint per member and the given backup locations.
+pub fn etcd_control_plane(
+    name: &str,
+    host: &str,
+    backup: &str,
+    backups: std::collections::BTreeMap<String, String>,
+) -> garden_ring::pb::ControlPlaneAddRequest {
+    let ports = Ports::reserve(MEMBERS.len());
+    let endpoints = MEMBERS
+        .iter()
+        .zip(ports.numbers())
+        .map(|(m, port)| (m.to_string(), format!("127.0.0.1:{port}")))
+        .collect();
+    ports.release();
+    garden_ring::pb::ControlPlaneAddRequest {
+        name: name.into(),
+        home: String::new(),
+        dns_name: format!("{name}.{}", crate::TEST_ZONE),
+        endpoints,
+        backup: backup.into(),
+        backups,
+        host: host.into(),
+        reason: "test".into(),
+        prefer: Vec::new(),
+        tolerance: Default::default(),
+        etcd_peers: Default::default(),
+    }
+}

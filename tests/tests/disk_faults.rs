@@ -7,7 +7,11 @@
 //!   `fsync`/`fdatasync` fail with `EIO` while a trigger file exists): the member exits
 //!   (fail-stop, status 4), and a restart recovers from what is on disk;
 //! - a torn last WAL record (the file cut in the middle of its last record after a kill -9):
-//!   the member starts, drops only that record, and the ring loses nothing it acknowledged.
+//!   the member starts, drops only that record, and the ring loses nothing it acknowledged;
+//! - the etcd driver's data disk full (a tmpfs under one member's etcd data, filled up while
+//!   a control plane's etcd takes writes): etcd fails, and the control plane is reported
+//!   (`cp get`, history, metric), not silently lost; once space is back it serves again with
+//!   every write it acknowledged.
 //!
 //! Mounting needs root (CI runs as root); without it these tests skip, and fail under CI=true.
 
@@ -374,5 +378,191 @@ async fn a_torn_last_wal_record_is_dropped_and_the_ring_loses_nothing() {
     println!(
         "WAL cut {} bytes into a record written after the last acknowledged one (at {next}): the member started and caught up",
         len / 2
+    );
+}
+
+/// Control plane `name` as member `i` reads it.
+async fn cp_on(ring: &Ring, i: usize, name: &str) -> Option<pb::ControlPlane> {
+    let s = status(&ring.procs[i]).await.ok()?;
+    s.control_planes.into_iter().find(|c| c.name == name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_etcd_data_disk_is_reported_not_silently_lost() {
+    use garden_ring::backup::etcd::EtcdClient;
+    use garden_ring_tests::etcd::{driver_with_deltas, etcd_control_plane, fast, file_backups};
+
+    if !is_root() {
+        garden_ring_tests::missing_tool("root (to mount a tmpfs)", "run the suite as root");
+        return;
+    }
+    let mut ring = Ring::prepare(RingOptions {
+        driver: driver_with_deltas(3_600_000, 1_000),
+        ..RingOptions::default()
+    });
+    let metrics: SocketAddr = ring.free_addresses(1)[0];
+    // Member a's etcd data on a 256 MiB tmpfs: etcd preallocates a 64 MiB WAL file and the
+    // next one beside it.
+    let mount = ring.dir.path().join("a-etcd-disk");
+    let _tmpfs = Tmpfs::mount(&mount, 256);
+    ring.procs[0].config.driver.etcd.data_root = Some(mount.join("etcd"));
+    ring.procs[0].config.metrics.listen = Some(metrics);
+    for p in &mut ring.procs {
+        p.spawn();
+    }
+    garden_ring_tests::wait_all_healthy(&ring).await;
+    let name = "full-etcd";
+    let backups = file_backups(ring.dir.path(), name);
+    add_control_plane(
+        &ring.client(),
+        etcd_control_plane(name, "a", &backups["a"], backups.clone()),
+    )
+    .await
+    .unwrap();
+    let cp = eventually(FORM, "the control plane runs on a", || async {
+        cp_on(&ring, 1, name)
+            .await
+            .filter(|c| c.phase == "running" && c.host == "a")
+    })
+    .await;
+    let endpoint = format!("http://{}", cp.endpoints["a"]);
+    let etcd = EtcdClient::connect(&endpoint, fast()).await.unwrap();
+    let mut acked = Vec::new();
+    for n in 0..20 {
+        let key = format!("/registry/before/{n:03}");
+        etcd.put(key.as_bytes(), b"v").await.unwrap();
+        acked.push(key);
+    }
+
+    // Fill the tmpfs, then write values of 256 KiB until etcd fails to take one.
+    let filler = mount.join("filler");
+    {
+        use std::io::Write;
+        let mut file = std::fs::File::create(&filler).unwrap();
+        let chunk = vec![0u8; 1024 * 1024];
+        let full = loop {
+            if let Err(e) = file.write_all(&chunk) {
+                break e;
+            }
+        };
+        assert_eq!(full.raw_os_error(), Some(28), "ENOSPC: {full}");
+    }
+    let filled_at = Instant::now();
+    let value = vec![b'x'; 256 * 1024];
+    let mut refused = None;
+    for n in 0..1_000 {
+        let key = format!("/registry/while-full/{n:04}");
+        match etcd.put(key.as_bytes(), &value).await {
+            Ok(_) => acked.push(key),
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    let refused = refused.expect("etcd takes no 256 MB of writes on a full disk");
+    println!(
+        "etcd refused a write {} ms after the fill, after {} acknowledged ones: {refused}",
+        filled_at.elapsed().as_millis(),
+        acked.len()
+    );
+
+    // Reported: `cp get` (every member), history, the metric; not moved, not dropped.
+    let problem = eventually(
+        Duration::from_secs(30),
+        "the control plane's problem is in the state",
+        || async {
+            let cp = cp_on(&ring, 2, name).await?;
+            cp.problem.map(|p| (cp.host, cp.epoch, p.text))
+        },
+    )
+    .await;
+    println!(
+        "reported {} ms after the fill: {problem:?}",
+        filled_at.elapsed().as_millis()
+    );
+    assert_eq!((problem.0.as_str(), problem.1), ("a", cp.epoch));
+    assert!(problem.2.contains("etcd"), "{}", problem.2);
+    let (_, text) = http_get(metrics, "/metrics").unwrap();
+    assert!(
+        text.contains(&format!(
+            "garden_ring_control_plane_problem{{control_plane=\"{name}\",host=\"a\"}} 1"
+        )),
+        "{text}"
+    );
+    let history = ring
+        .client()
+        .call(pb::HistoryRequest::default(), |mut c, r| async move {
+            c.history(r).await
+        })
+        .await
+        .unwrap();
+    assert!(
+        history
+            .events
+            .iter()
+            .any(|e| e.action == "control-plane.problem" && e.subject == name),
+        "{:?}",
+        history.events
+    );
+    // While the disk stays full, the host tries again after a pause, fails again, and says so.
+    let again = eventually(
+        Duration::from_secs(30),
+        "a second failure in a row is reported",
+        || async {
+            let text = cp_on(&ring, 2, name).await?.problem?.text;
+            (text.contains("2 time(s) in a row") && text.contains("MiB free")).then_some(text)
+        },
+    )
+    .await;
+    println!(
+        "still full {} ms after the fill: {again}",
+        filled_at.elapsed().as_millis()
+    );
+
+    // Space back: it serves again at the same epoch with every acknowledged write, and the
+    // problem clears.
+    std::fs::remove_file(&filler).unwrap();
+    let freed_at = Instant::now();
+    let cp_after = eventually(
+        Duration::from_secs(60),
+        "the control plane runs on a without a problem",
+        || async {
+            let cp = cp_on(&ring, 2, name).await?;
+            (cp.phase == "running" && cp.problem.is_none()).then_some(cp)
+        },
+    )
+    .await;
+    assert_eq!((cp_after.host.as_str(), cp_after.epoch), ("a", cp.epoch));
+    let keys: std::collections::BTreeSet<String> =
+        eventually(Duration::from_secs(30), "a's etcd answers", || async {
+            let etcd = EtcdClient::connect(&endpoint, fast()).await.ok()?;
+            let kvs = etcd.get_prefix_keys(b"/registry/").await.ok()?;
+            Some(
+                kvs.into_iter()
+                    .map(|kv| String::from_utf8(kv.key).unwrap())
+                    .collect(),
+            )
+        })
+        .await;
+    let missing: Vec<_> = acked.iter().filter(|k| !keys.contains(*k)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} acknowledged writes missing: {:?}",
+        missing.len(),
+        acked.len(),
+        &missing[..missing.len().min(5)]
+    );
+    let (_, text) = http_get(metrics, "/metrics").unwrap();
+    assert!(
+        text.contains(&format!(
+            "garden_ring_control_plane_problem{{control_plane=\"{name}\",host=\"a\"}} 0"
+        )),
+        "{text}"
+    );
+    println!(
+        "space back: serving again without a problem {} ms later, all {} acknowledged writes there",
+        freed_at.elapsed().as_millis(),
+        acked.len()
     );
 }

@@ -13,16 +13,12 @@ use garden_ring::backup::location::BackupLocation;
 use garden_ring::config::BackupSettings;
 use garden_ring::core::backup_name::SnapshotKind;
 use garden_ring::pb;
-use garden_ring_tests::etcd::{fast, tool};
-use garden_ring_tests::{
-    Ports, Ring, RingOptions, add_control_plane, cps, eventually, wait_all_healthy,
-};
+use garden_ring_tests::etcd::{MEMBERS, etcd_control_plane, fast, file_backups, tool};
+use garden_ring_tests::{Ring, RingOptions, add_control_plane, cps, eventually, wait_all_healthy};
 
 fn kill_zone(ring: &mut Ring, i: usize) {
     ring.kill_zone(i);
 }
-
-const MEMBERS: [&str; 3] = ["a", "b", "c"];
 
 /// A ring whose members run etcd, snapshotting every `snapshot_interval_ms`.
 fn etcd_ring(snapshot_interval_ms: u64, backup: BackupSettings) -> Ring {
@@ -51,47 +47,6 @@ fn etcd_ring_with(driver: garden_ring::config::DriverSettings, backup: BackupSet
         p.spawn();
     }
     ring
-}
-
-/// One `file://` location per member for control plane `name`.
-fn file_backups(dir: &Path, name: &str) -> BTreeMap<String, String> {
-    MEMBERS
-        .iter()
-        .map(|m| {
-            let path = dir.join("backups").join(m).join(name);
-            std::fs::create_dir_all(&path).unwrap();
-            (m.to_string(), format!("file://{}", path.display()))
-        })
-        .collect()
-}
-
-/// A control plane with a loopback endpoint per member and the given backup locations.
-fn etcd_control_plane(
-    name: &str,
-    host: &str,
-    backup: &str,
-    backups: BTreeMap<String, String>,
-) -> pb::ControlPlaneAddRequest {
-    let ports = Ports::reserve(MEMBERS.len());
-    let endpoints = MEMBERS
-        .iter()
-        .zip(ports.numbers())
-        .map(|(m, port)| (m.to_string(), format!("127.0.0.1:{port}")))
-        .collect();
-    ports.release();
-    pb::ControlPlaneAddRequest {
-        name: name.into(),
-        home: String::new(),
-        dns_name: format!("{name}.{}", garden_ring_tests::TEST_ZONE),
-        endpoints,
-        backup: backup.into(),
-        backups,
-        host: host.into(),
-        reason: "test".into(),
-        prefer: Vec::new(),
-        tolerance: Default::default(),
-        etcd_peers: Default::default(),
-    }
 }
 
 /// Waits until `name` runs on a member other than `not_on` (any member when empty) and

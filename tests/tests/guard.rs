@@ -144,6 +144,24 @@ fn a_hold_that_runs_out_fences() {
 }
 
 #[test]
+fn a_workload_that_ends_by_itself_passes_on_its_exit_code() {
+    for (script, code) in [("exit 0", 0), ("exit 3", 3), ("kill -9 $$", 128 + 9)] {
+        let mut child = Command::new(garden_ring_tests::binary("ring-guard"))
+            .args(["--fence-ms", "200", "--", "sh", "-c", script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start ring-guard");
+        let mut stdin = child.stdin.take().unwrap();
+        writeln!(stdin, "deadline {}", monotonic_ms() + 10_000).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(code), "{script}: {report}");
+        assert!(report.contains("exited "), "{script}: {report}");
+    }
+}
+
+#[test]
 fn bad_flags_are_refused_with_usage() {
     for flags in [
         vec!["--fence-ms", "0"],

@@ -82,6 +82,10 @@ pub fn control_plane(cp: &ControlPlane, state: &RingState) -> pb::ControlPlane {
         }),
         // Set by ControlPlaneGet, which reads one.
         freshness: None,
+        problem: cp.problem.as_ref().map(|p| pb::HostProblem {
+            text: p.text.clone(),
+            since_unix_ms: p.since_ms,
+        }),
     }
 }
 

@@ -10,7 +10,9 @@
 //! without a newer one, or on `stop`, it sends SIGTERM to the group and SIGKILL `--fence-ms`/2
 //! later, so the workload is gone within `fence_ms`. If stdin closes (ringd died) it keeps the
 //! last deadline. It reports on stdout: `started <pid>`, then one of `fenced <ms>`,
-//! `stopped <ms>` or `exited <code> <ms>`, and exits.
+//! `stopped <ms>` or `exited <code> <ms>`, and exits: 0 when it ended the workload, the
+//! workload's own exit code when that ended by itself (128 + the signal when one killed it,
+//! as a shell reports it), so `ringd` can say why an etcd went away.
 //!
 //! With `--hold-ms N` (N > 0) the deadline *freezes* the workload instead (SIGSTOP to the
 //! group: a frozen process answers nothing, at once) and holds it frozen for up to N ms,
@@ -149,7 +151,7 @@ fn main() -> ExitCode {
                 status.code().unwrap_or(-1),
                 monotonic_ms()
             ));
-            return ExitCode::SUCCESS;
+            return workload_exit_code(status);
         }
         let now = monotonic_ms();
         match frozen_until {
@@ -203,4 +205,16 @@ fn main() -> ExitCode {
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
     }
+}
+
+/// The guard's exit code for a workload that ended by itself with `status`: its exit code, or
+/// 128 + the signal that killed it; 1 when neither fits in a byte (never 0 for a failure).
+fn workload_exit_code(status: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    let code = status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .and_then(|c| u8::try_from(c).ok())
+        .unwrap_or(1);
+    ExitCode::from(code)
 }

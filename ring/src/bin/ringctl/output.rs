@@ -89,10 +89,13 @@ pub fn control_planes(cps: &[pb::ControlPlane]) -> String {
     }
     let mut t = Table::new(vec!["NAME", "HOST", "EPOCH", "PHASE", "HOME", "DNS NAME"]);
     for cp in cps {
-        let phase = match &cp.etcd {
+        let mut phase = match &cp.etcd {
             Some(etcd) if etcd.health != "whole" => format!("{} (etcd {})", cp.phase, etcd.health),
             _ => cp.phase.clone(),
         };
+        if cp.problem.is_some() {
+            phase.push_str(" (PROBLEM: see cp get)");
+        }
         t.row(vec![
             cp.name.clone(),
             or_dash(&cp.host),
@@ -106,8 +109,18 @@ pub fn control_planes(cps: &[pb::ControlPlane]) -> String {
 }
 
 pub fn control_plane(cp: &pb::ControlPlane) -> String {
+    let problem = match &cp.problem {
+        Some(p) => format!(
+            "PROBLEM:  {} (reported by {} since {} UTC, {}; `ringctl switchover` or `ringctl failover` moves it)\n",
+            p.text,
+            or_dash(&cp.host),
+            utc(p.since_unix_ms),
+            ago(garden_ring::time::unix_ms(), p.since_unix_ms)
+        ),
+        None => String::new(),
+    };
     let mut out = format!(
-        "name:     {}\nhost:     {}\nepoch:    {}\nphase:    {}\nhome:     {}\ndns name: {}\nbackup:   {}\nendpoints:",
+        "name:     {}\nhost:     {}\nepoch:    {}\nphase:    {}\n{problem}home:     {}\ndns name: {}\nbackup:   {}\nendpoints:",
         cp.name,
         or_dash(&cp.host),
         cp.epoch,
