@@ -303,32 +303,20 @@ impl Sources {
                     );
                 }
             }
-            let _ = writeln!(
-                out,
-                "# HELP garden_ring_control_plane_running 1 when the control plane runs at its host.\n# TYPE garden_ring_control_plane_running gauge"
+            host_gauge(
+                &mut out,
+                state,
+                "control_plane_running",
+                "1 when the control plane runs at its host.",
+                |cp| cp.phase == Phase::Running,
             );
-            for cp in state.control_planes.values() {
-                let _ = writeln!(
-                    out,
-                    "garden_ring_control_plane_running{{control_plane=\"{}\",host=\"{}\"}} {}",
-                    cp.name,
-                    cp.host.as_deref().unwrap_or(""),
-                    u8::from(cp.phase == Phase::Running)
-                );
-            }
-            let _ = writeln!(
-                out,
-                "# HELP garden_ring_control_plane_problem 1 while the control plane's host reports something wrong with it (its etcd keeps exiting or cannot start, its data disk is full); `ringctl cp get` says what.\n# TYPE garden_ring_control_plane_problem gauge"
+            host_gauge(
+                &mut out,
+                state,
+                "control_plane_problem",
+                "1 while the control plane's host reports something wrong with it (its etcd keeps exiting or cannot start, its data disk is full); `ringctl cp get` says what.",
+                |cp| cp.problem.is_some(),
             );
-            for cp in state.control_planes.values() {
-                let _ = writeln!(
-                    out,
-                    "garden_ring_control_plane_problem{{control_plane=\"{}\",host=\"{}\"}} {}",
-                    cp.name,
-                    cp.host.as_deref().unwrap_or(""),
-                    u8::from(cp.problem.is_some())
-                );
-            }
             let _ = writeln!(
                 out,
                 "# HELP garden_ring_control_plane_etcd_health 1 for how the etcd cluster of a zone-tolerant control plane stands: whole, degraded (a majority up) or no-quorum (an operator recovers it).\n# TYPE garden_ring_control_plane_etcd_health gauge"
@@ -449,6 +437,29 @@ impl Sources {
 
 /// The `garden_ring_backup_*` families (declared also without samples), one sample per control
 /// plane in `reports`, ages at `now_ms` (Unix).
+/// A gauge `garden_ring_<name>{control_plane,host}` of every control plane: 1 where `on`.
+fn host_gauge(
+    out: &mut String,
+    state: &RingState,
+    name: &str,
+    help: &str,
+    on: impl Fn(&crate::core::ControlPlane) -> bool,
+) {
+    let _ = writeln!(
+        out,
+        "# HELP garden_ring_{name} {help}\n# TYPE garden_ring_{name} gauge"
+    );
+    for cp in state.control_planes.values() {
+        let _ = writeln!(
+            out,
+            "garden_ring_{name}{{control_plane=\"{}\",host=\"{}\"}} {}",
+            cp.name,
+            cp.host.as_deref().unwrap_or(""),
+            u8::from(on(cp))
+        );
+    }
+}
+
 fn render_backups(
     out: &mut String,
     reports: &std::collections::BTreeMap<String, crate::core::backup_report::BackupReport>,

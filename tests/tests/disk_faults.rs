@@ -54,6 +54,19 @@ impl Drop for Tmpfs {
     }
 }
 
+/// Writes `filler` until its file system is full (ENOSPC).
+fn fill(filler: &Path) {
+    use std::io::Write;
+    let mut file = std::fs::File::create(filler).unwrap();
+    let chunk = vec![0u8; 1024 * 1024];
+    let full = loop {
+        if let Err(e) = file.write_all(&chunk) {
+            break e;
+        }
+    };
+    assert_eq!(full.raw_os_error(), Some(28), "ENOSPC: {full}");
+}
+
 /// Control planes every member lists.
 async fn names_on(ring: &Ring, i: usize) -> Option<Vec<String>> {
     let s = status(&ring.procs[i]).await.ok()?;
@@ -94,17 +107,7 @@ async fn a_full_log_disk_stops_acknowledging_says_why_and_carries_on_once_space_
 
     // Fill the tmpfs to the brim: writes fail with ENOSPC.
     let filler = mount.join("filler");
-    {
-        use std::io::Write;
-        let mut file = std::fs::File::create(&filler).unwrap();
-        let chunk = vec![0u8; 1024 * 1024];
-        let full = loop {
-            if let Err(e) = file.write_all(&chunk) {
-                break e;
-            }
-        };
-        assert_eq!(full.raw_os_error(), Some(28), "ENOSPC: {full}");
-    }
+    fill(&filler);
     let free = garden_ring::raft::disk::free_bytes(&mount).unwrap();
     assert!(free < MIN_FREE_BYTES, "{free} bytes free");
     let filled_at = Instant::now();
@@ -436,17 +439,7 @@ async fn a_full_etcd_data_disk_is_reported_not_silently_lost() {
 
     // Fill the tmpfs, then write values of 256 KiB until etcd fails to take one.
     let filler = mount.join("filler");
-    {
-        use std::io::Write;
-        let mut file = std::fs::File::create(&filler).unwrap();
-        let chunk = vec![0u8; 1024 * 1024];
-        let full = loop {
-            if let Err(e) = file.write_all(&chunk) {
-                break e;
-            }
-        };
-        assert_eq!(full.raw_os_error(), Some(28), "ENOSPC: {full}");
-    }
+    fill(&filler);
     let filled_at = Instant::now();
     let value = vec![b'x'; 256 * 1024];
     let mut refused = None;
