@@ -71,16 +71,25 @@ pub fn missing_tool(what: &str, advice: &str) {
 }
 
 /// Free loopback ports, held until [`Ports::release`] so two calls cannot hand out the same one.
+///
+/// Under nextest every running test has a slot number (`NEXTEST_TEST_GLOBAL_SLOT`, unique
+/// among the tests running at once); ports then come from a range of the slot's own, below the
+/// kernel's ephemeral range. Between [`Ports::release`] and the moment a `ringd` binds a port,
+/// no other test (and no connection's ephemeral source port) can take it: before, a parallel
+/// test's reservation could, and its `ringd` found its port in use.
 pub struct Ports(Vec<TcpListener>);
+
+/// First port of slot 0's range; each slot has [`PORTS_PER_SLOT`].
+const SLOT_PORTS_BASE: u16 = 10_000;
+/// Ports per nextest slot.
+const PORTS_PER_SLOT: u16 = 400;
+/// Slots that fit below 32768, where Linux's ephemeral range starts by default.
+const MAX_SLOTS: u16 = (32_768 - SLOT_PORTS_BASE) / PORTS_PER_SLOT;
 
 impl Ports {
     /// Reserves `n` free ports.
     pub fn reserve(n: usize) -> Self {
-        Self(
-            (0..n)
-                .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port"))
-                .collect(),
-        )
+        Self((0..n).map(|_| reserve_one()).collect())
     }
 
     /// The reserved port numbers.
@@ -93,6 +102,27 @@ impl Ports {
 
     /// Frees the ports so the processes under test can bind them.
     pub fn release(self) {}
+}
+
+/// One free port: from this test's slot range under nextest, else one the kernel picks.
+fn reserve_one() -> TcpListener {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    /// The next offset to try in this process's range.
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let slot = std::env::var("NEXTEST_TEST_GLOBAL_SLOT")
+        .ok()
+        .and_then(|s| s.parse::<u16>().ok())
+        .filter(|slot| *slot < MAX_SLOTS);
+    if let Some(slot) = slot {
+        let base = SLOT_PORTS_BASE + slot * PORTS_PER_SLOT;
+        for _ in 0..PORTS_PER_SLOT {
+            let offset = NEXT.fetch_add(1, Ordering::Relaxed) % PORTS_PER_SLOT;
+            if let Ok(listener) = TcpListener::bind(("127.0.0.1", base + offset)) {
+                return listener;
+            }
+        }
+    }
+    TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port")
 }
 
 /// Settings of a test ring.
