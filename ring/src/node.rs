@@ -635,6 +635,18 @@ fn start_maintenance(
         consensus.pool.clone(),
         tasks.stopped.clone(),
     ));
+    if let Some(store) = security.store() {
+        // Before the ports serve: a certificate revoked before a restart stays refused.
+        let revocations = store.revocations().clone();
+        consensus
+            .state
+            .read(|a| revocations.set_ring(&a.state.revoked));
+        tasks.spawn(follow_revocations(
+            consensus.state.clone(),
+            revocations,
+            tasks.stopped.clone(),
+        ));
+    }
     if let (Some(store), Some(tls)) = (security.store(), &config.tls) {
         tasks.spawn(store.clone().run_reloader(
             std::time::Duration::from_millis(tls.reload_interval_ms),
@@ -756,6 +768,24 @@ where
             ),
         }
     })
+}
+
+/// Hands every change of the ring's revoked certificates to the TLS layer as soon as it is
+/// applied (a snapshot installed counts): from then on this member refuses them on both ports
+/// and cuts the connections that presented them.
+async fn follow_revocations(
+    state: StateMachineStore,
+    revocations: Arc<crate::tls::revocation::Revocations>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut applied = state.watch_applied();
+    loop {
+        state.read(|a| revocations.set_ring(&a.state.revoked));
+        tokio::select! {
+            changed = applied.changed() => if changed.is_err() { return },
+            _ = stopped.wait_for(|s| *s) => return,
+        }
+    }
 }
 
 /// Keeps the ring generation the peer requests carry equal to the applied state's until it is

@@ -20,3 +20,20 @@ pub fn monotonic_ms() -> u64 {
     u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000
         + u64::try_from(t.tv_nsec()).unwrap_or(0) / 1_000_000
 }
+
+/// `2026-12-01 02:53:35 UTC` for Unix milliseconds.
+pub fn utc(unix_ms: u64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_ms) * 1_000_000)
+        .map(|t| {
+            format!(
+                "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
+                t.year(),
+                u8::from(t.month()),
+                t.day(),
+                t.hour(),
+                t.minute(),
+                t.second()
+            )
+        })
+        .unwrap_or_else(|_| format!("{unix_ms} ms (Unix)"))
+}

@@ -566,3 +566,331 @@ async fn oversized_admin_messages_are_refused_before_they_reach_the_log() {
         "nothing reached the log: {events}"
     );
 }
+
+/// Polls `status` through `client` every 5 ms until it is refused as revoked; the refusal and
+/// how long after `since` it came.
+async fn refused_as_revoked(
+    client: &garden_ring::admin::AdminClient,
+    since: std::time::Instant,
+) -> (String, Duration) {
+    eventually(
+        Duration::from_secs(5),
+        "the revoked certificate is refused",
+        || async {
+            let err = client
+                .call(pb::StatusRequest::default(), |mut c, r| async move {
+                    c.status(r).await
+                })
+                .await
+                .err()?;
+            let text = err.to_string();
+            (err.code() == Some(tonic::Code::Unauthenticated) && text.contains("was revoked at"))
+                .then(|| (text, since.elapsed()))
+        },
+    )
+    .await
+}
+
+/// An admin client of member `i` only, with the certificate in `files`.
+fn client_of(ring: &Ring, i: usize, files: &TlsFiles) -> garden_ring::admin::AdminClient {
+    let store = TlsStore::load(files.clone(), None).expect("load client certificate");
+    garden_ring::admin::AdminClient::new(
+        vec![ring.procs[i].admin()],
+        Security::Tls(store),
+        "ignored-with-tls",
+    )
+    .unwrap()
+    .with_request_timeout(Duration::from_secs(2))
+}
+
+#[tokio::test]
+async fn a_revoked_certificate_is_refused_by_every_member_within_a_second() {
+    let mut ring = Ring::start(RingOptions::default());
+    ring.wait_leader(&[0, 1, 2], &[], FORM).await;
+    let certs = certs_dir(ring.dir.path());
+    let leaky = ensure_cert(&certs, &identity(Role::Admin, "leaky"));
+    let cert = leaky.cert_file.display().to_string();
+    let clients: Vec<_> = (0..3).map(|i| client_of(&ring, i, &leaky)).collect();
+    // A connection to every member, open before the revocation (an AdminClient connects per
+    // call; a channel stays connected).
+    let store = TlsStore::load(leaky.clone(), None).unwrap();
+    let mut open = Vec::new();
+    for p in &ring.procs {
+        let channel = garden_ring::tls::client::connect(
+            &p.admin(),
+            &Security::Tls(store.clone()),
+            Expect::AnyMember,
+            Duration::from_secs(2),
+            |e| e,
+        )
+        .await
+        .unwrap();
+        let mut client = pb::admin_client::AdminClient::new(channel);
+        client
+            .status(pb::StatusRequest::default())
+            .await
+            .expect("accepted before the revocation");
+        open.push(client);
+    }
+
+    let out = ring.ringctl(&["certs", "revoke", "--cert", &cert, "--reason", "key leaked"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let revoked_at = std::time::Instant::now();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("(admin:leaky)") && said.contains("by admin:tester: key leaked"),
+        "{said}"
+    );
+    let mut took = Vec::new();
+    for (i, client) in clients.iter().enumerate() {
+        let (why, after) = refused_as_revoked(client, revoked_at).await;
+        assert!(
+            why.contains("certificate for admin:leaky")
+                && why.contains("by admin:tester: key leaked"),
+            "member {i}: {why}"
+        );
+        took.push(after.as_millis());
+    }
+    println!("revoke -> refused, ms after ringctl returned, members a, b, c: {took:?}");
+    assert!(
+        took.iter().all(|ms| *ms < 1_000),
+        "a member refused it only after {took:?} ms"
+    );
+    // The connections open before were closed, on every member: the next call on one fails.
+    for (i, client) in open.iter_mut().enumerate() {
+        let err = client
+            .status(pb::StatusRequest::default())
+            .await
+            .unwrap_err();
+        println!("member {i}: the connection open before says: {err}");
+    }
+    for p in &ring.procs {
+        eventually(
+            Duration::from_secs(5),
+            &format!("member {} logs the connection it closed", p.config.name),
+            || async {
+                p.log()
+                    .contains("connection(s) whose certificate was revoked")
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+
+    // Listed, for admins and viewers; only admins revoke.
+    let out = ring.ringctl(&["certs", "list-revoked", "--output", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+    assert_eq!(list[0]["subject"], "admin:leaky", "{list}");
+    assert_eq!(list[0]["actor"], "admin:tester", "{list}");
+    let viewer = ensure_cert(&certs, &identity(Role::Viewer, "auditor"));
+    let as_viewer = [&*viewer.ca_file, &*viewer.cert_file, &*viewer.key_file];
+    let out = ringctl_as(&ring, &as_viewer, &["certs", "list-revoked"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = ringctl_as(
+        &ring,
+        &as_viewer,
+        &["certs", "unrevoke", "--cert", &cert, "--reason", "mine"],
+    );
+    refused_with(&out, "permission denied", "viewer:auditor is a viewer");
+
+    // Bad input: one clear line each, and the list stays as it is.
+    for (args, prefix, needle) in [
+        (
+            vec!["certs", "revoke", "--cert", &cert, "--reason", "again"],
+            "already exists",
+            "is already revoked",
+        ),
+        (
+            vec!["certs", "unrevoke", "--serial", "ffff", "--reason", "typo"],
+            "not found",
+            "is not revoked",
+        ),
+        (
+            vec!["certs", "revoke", "--serial", "xyz", "--reason", "bad"],
+            "invalid argument",
+            "must be hexadecimal",
+        ),
+        (
+            vec!["certs", "revoke", "--serial", "1f", "--reason", " "],
+            "invalid argument",
+            "must say why",
+        ),
+    ] {
+        let out = ring.ringctl(&args);
+        refused_with(&out, prefix, needle);
+        assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    }
+    let out = ring.ringctl(&[
+        "certs",
+        "revoke",
+        "--cert",
+        "/nonexistent.pem",
+        "--reason",
+        "x",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("/nonexistent.pem"),
+        "{}",
+        stderr(&out)
+    );
+    let out = ring.ringctl(&["certs", "list-revoked", "--output", "json"]);
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+
+    // A restarted member still refuses it (from its own state, before anything new commits).
+    ring.procs[2].terminate();
+    ring.procs[2].spawn();
+    let restarted = client_of(&ring, 2, &leaky);
+    eventually(FORM, "the restarted member answers", || async {
+        status(&ring.procs[2]).await.ok()
+    })
+    .await;
+    refused_as_revoked(&restarted, std::time::Instant::now()).await;
+
+    // Unrevoked: accepted again, by every member.
+    let out = ring.ringctl(&[
+        "certs",
+        "unrevoke",
+        "--cert",
+        &cert,
+        "--reason",
+        "false alarm",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for i in 0..3 {
+        let client = client_of(&ring, i, &leaky);
+        eventually(Duration::from_secs(5), "accepted again", || async {
+            client
+                .call(pb::StatusRequest::default(), |mut c, r| async move {
+                    c.status(r).await
+                })
+                .await
+                .ok()
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn a_revoked_member_takes_no_part_in_raft_until_it_has_a_new_certificate() {
+    let ring = Ring::start(RingOptions::default());
+    let leader = ring.wait_leader(&[0, 1, 2], &[], FORM).await;
+    // The victim is a follower; its old certificate is kept for the peer port check.
+    let victim = (0..3).find(|&i| ring.procs[i].config.id != leader).unwrap();
+    let name = ring.procs[victim].config.name.clone();
+    let certs = certs_dir(ring.dir.path());
+    let files = ensure_cert(&certs, &identity(Role::Member, &name));
+    let old = TlsStore::load(files.clone(), None).unwrap();
+    let cert = files.cert_file.display().to_string();
+
+    let out = ring.ringctl(&[
+        "certs",
+        "revoke",
+        "--cert",
+        &cert,
+        "--reason",
+        "host stolen",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The peer port refuses it too.
+    let a = (0..3).find(|&i| i != victim).unwrap();
+    let err = eventually(
+        Duration::from_secs(5),
+        "the peer port refuses it",
+        || async {
+            let err = PeerNetwork::new(
+                ring.procs[victim].config.id,
+                Arc::new(PeerPool::new(Security::Tls(old.clone()))),
+            )
+            .client(ring.procs[a].config.id, &member_node(&ring, a))
+            .ping(Duration::from_secs(2))
+            .await
+            .err()?
+            .to_string();
+            err.contains("was revoked at").then_some(err)
+        },
+    )
+    .await;
+    assert!(err.contains(&format!("member:{name}")), "{err}");
+
+    // Writes go on without it; it does not see them, and the leader shows why.
+    let on_leader = ring.procs[ring.index_of(leader)].client();
+    garden_ring_tests::add_control_plane(
+        &on_leader,
+        garden_ring_tests::control_plane("after-revoke", None),
+    )
+    .await
+    .unwrap();
+    let shown = eventually(FORM, "the leader shows the member revoked", || async {
+        let s = status(&ring.procs[ring.index_of(leader)]).await.ok()?;
+        let m = s.members.into_iter().find(|m| m.name == name)?;
+        (!m.certificate_revoked.is_empty()).then_some(m)
+    })
+    .await;
+    assert!(
+        shown.certificate_revoked.contains("host stolen"),
+        "{shown:?}"
+    );
+    let out = garden_ring_tests::ringctl(
+        &ring.client_config,
+        &[ring.procs[ring.index_of(leader)].admin()],
+        &["member", "list"],
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("CERTIFICATE REVOKED"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let stale = pb::StatusRequest { stale: true };
+    let s = ring.procs[victim]
+        .client()
+        .call(stale, |mut c, r| async move { c.status(r).await })
+        .await
+        .unwrap();
+    assert!(
+        !s.control_planes.iter().any(|c| c.name == "after-revoke"),
+        "the revoked member applied a write made after its revocation"
+    );
+
+    // A new certificate (new serial) brings it back: it catches up.
+    let out = Command::new(binary("ringctl"))
+        .args([
+            "certs", "issue", "--role", "member", "--force", "--name", &name, "--dir",
+        ])
+        .arg(&certs)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let back_at = std::time::Instant::now();
+    eventually(
+        FORM,
+        "the member catches up with its new certificate",
+        || async {
+            let s = ring.procs[victim]
+                .client()
+                .call(stale, |mut c, r| async move { c.status(r).await })
+                .await
+                .ok()?;
+            s.control_planes
+                .iter()
+                .any(|c| c.name == "after-revoke")
+                .then_some(())
+        },
+    )
+    .await;
+    println!(
+        "member {name} back in Raft {} ms after its new certificate was written",
+        back_at.elapsed().as_millis()
+    );
+    eventually(FORM, "the leader no longer shows it revoked", || async {
+        let s = status(&ring.procs[ring.index_of(leader)]).await.ok()?;
+        s.members
+            .iter()
+            .all(|m| m.certificate_revoked.is_empty())
+            .then_some(())
+    })
+    .await;
+}

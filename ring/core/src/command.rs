@@ -406,6 +406,26 @@ pub enum Command {
         /// Cordoned or not.
         cordoned: bool,
     },
+    /// Revokes a certificate the ring's CA signed (a leaked key, a stolen member
+    /// certificate): every member refuses it on both ports and closes the connections that
+    /// presented it. See [`crate::revocation`].
+    RevokeCertificate {
+        /// Its issuer's distinguished name.
+        issuer: String,
+        /// Its serial number ([`crate::revocation::serial`]'s form).
+        serial: String,
+        /// Whom it speaks for (`member:b`), when known; empty otherwise.
+        subject: String,
+        /// Why.
+        reason: String,
+    },
+    /// Takes a revocation back: the certificate is accepted again while it is valid.
+    UnrevokeCertificate {
+        /// Its issuer's distinguished name.
+        issuer: String,
+        /// Its serial number.
+        serial: String,
+    },
     /// Pauses or resumes the ring's automatic actions.
     SetPaused {
         /// Paused or not.
@@ -467,6 +487,8 @@ impl Command {
             Command::Cordon {
                 cordoned: false, ..
             } => "member.uncordon",
+            Command::RevokeCertificate { .. } => "cert.revoke",
+            Command::UnrevokeCertificate { .. } => "cert.unrevoke",
             Command::SetPaused { paused: true } => "ring.pause",
             Command::SetPaused { paused: false } => "ring.resume",
             Command::Recover { .. } => "ring.recover",
@@ -513,6 +535,15 @@ impl Command {
                 Ok(())
             }
             Command::AddControlPlane(spec) => spec.validate(),
+            Command::RevokeCertificate {
+                issuer,
+                serial,
+                subject,
+                reason,
+            } => crate::revocation::validate(issuer, serial, subject, reason),
+            Command::UnrevokeCertificate { issuer, serial } => {
+                crate::revocation::validate(issuer, serial, "", "-")
+            }
             Command::RemoveControlPlane { name } => {
                 require("control plane name", name, check_label)
             }

@@ -319,6 +319,28 @@ pub enum CommandError {
         /// The member.
         member: String,
     },
+    /// A revocation of a certificate that is revoked already.
+    #[error("certificate {serial} of {issuer} is already revoked (at {at_ms} ms by {actor})")]
+    AlreadyRevoked {
+        /// Its serial number.
+        serial: String,
+        /// Its issuer.
+        issuer: String,
+        /// When it was revoked (Unix ms).
+        at_ms: u64,
+        /// By whom.
+        actor: String,
+    },
+    /// Taking back a revocation that does not exist.
+    #[error(
+        "certificate {serial} of {issuer} is not revoked (`ringctl certs list-revoked` lists what is)"
+    )]
+    NotRevoked {
+        /// Its serial number.
+        serial: String,
+        /// Its issuer.
+        issuer: String,
+    },
     /// A move to a lost member.
     #[error("{member} is lost")]
     MoveToLost {
@@ -450,6 +472,8 @@ impl CommandError {
             CommandError::UnknownControlPlane(_) => "unknown_control_plane",
             CommandError::DuplicateDnsName { .. } => "duplicate_dns_name",
             CommandError::Limit(_) => "limit",
+            CommandError::AlreadyRevoked { .. } => "already_revoked",
+            CommandError::NotRevoked { .. } => "not_revoked",
             CommandError::RecoveryThroughRaft => "recovery_through_raft",
             CommandError::NotARecovery { .. } => "not_a_recovery",
             CommandError::AlreadyBootstrapped => "already_bootstrapped",
@@ -516,6 +540,8 @@ impl CommandError {
                 | CommandError::UnknownMember(_)
                 | CommandError::UnknownControlPlane(_)
                 | CommandError::Limit(_)
+                | CommandError::AlreadyRevoked { .. }
+                | CommandError::NotRevoked { .. }
         )
     }
 

@@ -38,6 +38,7 @@
 //! - [`migration`]: the steps of a move and the reports of the host driving it.
 //! - [`backup_chain`]: which full and delta snapshots a restore applies.
 //! - [`dns_records`]: the DNS records the ring wants, a function of the state.
+//! - [`revocation`]: certificates the ring refuses although its CA signed them.
 //! - [`vec_map`]: [`VecMap`](vec_map::VecMap), the small sorted map a control plane keeps its
 //!   endpoints in.
 
@@ -61,6 +62,7 @@ pub mod names;
 pub mod operator;
 pub mod placement;
 pub mod renewal;
+pub mod revocation;
 pub mod state;
 #[cfg(test)]
 pub(crate) mod testing;

@@ -26,6 +26,7 @@ use super::member::{Health, Member, MemberSpec, Role};
 use super::migration::{Migration, MigrationReport, MigrationStep};
 use super::names::check_name_in_zone;
 use super::placement::{self, Roster};
+use super::revocation::{MAX_REVOKED, Revocation};
 
 /// Ring-wide settings.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +68,10 @@ pub struct RingState {
     pub settings: RingSettings,
     /// Who did what, when and why.
     pub history: History,
+    /// Certificates the ring refuses although its CA signed them (at most
+    /// [`MAX_REVOKED`](crate::revocation::MAX_REVOKED)), oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revoked: Vec<Revocation>,
     /// Derived lookups over `control_planes` (not stored).
     #[serde(skip)]
     index: Index,
@@ -81,6 +86,8 @@ struct StoredRingState {
     control_planes: BTreeMap<String, Box<ControlPlane>>,
     settings: RingSettings,
     history: History,
+    #[serde(default)]
+    revoked: Vec<Revocation>,
 }
 
 impl From<StoredRingState> for RingState {
@@ -92,6 +99,7 @@ impl From<StoredRingState> for RingState {
             control_planes: s.control_planes,
             settings: s.settings,
             history: s.history,
+            revoked: s.revoked,
             index: Index::default(),
         };
         state.reindex();
@@ -511,6 +519,13 @@ impl RingState {
                 removed,
                 source,
             } => self.recover_ring(survivor, removed, source, proposal.at_ms)?,
+            Command::RevokeCertificate {
+                issuer,
+                serial,
+                subject,
+                reason,
+            } => self.revoke(issuer, serial, subject, reason, proposal)?,
+            Command::UnrevokeCertificate { issuer, serial } => self.unrevoke(issuer, serial)?,
             Command::SetPaused { paused } => {
                 self.settings.paused = *paused;
                 if *paused {
@@ -1205,6 +1220,64 @@ impl RingState {
         }
     }
 
+    /// Whether the certificate `serial` of `issuer` is revoked, and how.
+    pub fn revocation(&self, issuer: &str, serial: &str) -> Option<&Revocation> {
+        self.revoked.iter().find(|r| r.names(issuer, serial))
+    }
+
+    fn revoke(
+        &mut self,
+        issuer: &str,
+        serial: &str,
+        subject: &str,
+        reason: &str,
+        proposal: &Proposal,
+    ) -> Result<String, CommandError> {
+        if let Some(r) = self.revocation(issuer, serial) {
+            return Err(CommandError::AlreadyRevoked {
+                serial: serial.to_string(),
+                issuer: issuer.to_string(),
+                at_ms: r.at_ms,
+                actor: r.actor.clone(),
+            });
+        }
+        if self.revoked.len() >= MAX_REVOKED {
+            return Err(CommandError::Limit(format!(
+                "at most {MAX_REVOKED} revoked certificates; unrevoke those that expired"
+            )));
+        }
+        self.revoked.push(Revocation {
+            issuer: issuer.to_string(),
+            serial: serial.to_string(),
+            subject: subject.to_string(),
+            reason: reason.to_string(),
+            at_ms: proposal.at_ms,
+            actor: proposal.actor.clone(),
+        });
+        Ok(format!(
+            "certificate {serial} of {issuer}{} revoked: {reason}",
+            if subject.is_empty() {
+                String::new()
+            } else {
+                format!(" ({subject})")
+            }
+        ))
+    }
+
+    fn unrevoke(&mut self, issuer: &str, serial: &str) -> Result<String, CommandError> {
+        let Some(at) = self.revoked.iter().position(|r| r.names(issuer, serial)) else {
+            return Err(CommandError::NotRevoked {
+                serial: serial.to_string(),
+                issuer: issuer.to_string(),
+            });
+        };
+        let r = self.revoked.remove(at);
+        Ok(format!(
+            "certificate {serial} of {issuer} accepted again (revoked at {} ms by {}: {})",
+            r.at_ms, r.actor, r.reason
+        ))
+    }
+
     fn cordon(&mut self, id: NodeId, cordoned: bool) -> Result<Option<String>, CommandError> {
         let member = self.member_mut(id)?;
         if member.cordoned == cordoned {
@@ -1817,6 +1890,20 @@ impl RingState {
                 member.name
             );
         }
+        assert!(
+            self.revoked.len() <= MAX_REVOKED,
+            "{} revoked certificates",
+            self.revoked.len()
+        );
+        let mut revoked = BTreeSet::new();
+        for r in &self.revoked {
+            assert!(
+                revoked.insert((&r.issuer, &r.serial)),
+                "certificate {} of {} revoked twice",
+                r.serial,
+                r.issuer
+            );
+        }
         let mut dns_names = BTreeSet::new();
         for (name, cp) in &self.control_planes {
             assert_eq!(*name, cp.name, "control plane keyed under the wrong name");
@@ -2041,6 +2128,12 @@ fn subject(state: &RingState, command: &Command) -> String {
     match command {
         Command::Bootstrap { .. } | Command::SetPaused { .. } | Command::Recover { .. } => {
             "ring".into()
+        }
+        Command::RevokeCertificate {
+            serial, subject, ..
+        } if !subject.is_empty() => format!("certificate {serial} ({subject})"),
+        Command::RevokeCertificate { serial, .. } | Command::UnrevokeCertificate { serial, .. } => {
+            format!("certificate {serial}")
         }
         Command::AddMember(spec) => format!("{}({})", spec.name, spec.id),
         Command::PromoteMember { id }

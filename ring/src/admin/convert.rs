@@ -18,6 +18,8 @@ pub fn member(m: &Member) -> pb::Member {
         health: m.health.to_string(),
         cordoned: m.cordoned,
         labels: m.labels.clone(),
+        // Set by the service, which knows the certificates members presented.
+        certificate_revoked: String::new(),
     }
 }
 
@@ -86,6 +88,18 @@ pub fn control_plane(cp: &ControlPlane, state: &RingState) -> pb::ControlPlane {
             text: p.text.clone(),
             since_unix_ms: p.since_ms,
         }),
+    }
+}
+
+/// A revoked certificate as the API shows it.
+pub fn revoked_certificate(r: &crate::core::revocation::Revocation) -> pb::RevokedCertificate {
+    pb::RevokedCertificate {
+        issuer: r.issuer.clone(),
+        serial: r.serial.clone(),
+        subject: r.subject.clone(),
+        reason: r.reason.clone(),
+        revoked_unix_ms: r.at_ms,
+        actor: r.actor.clone(),
     }
 }
 
@@ -158,10 +172,11 @@ pub fn command_error(e: &CommandError) -> Status {
         | CommandError::RetiredMemberId(_)
         | CommandError::DuplicateMemberName { .. }
         | CommandError::DuplicateControlPlane(_)
-        | CommandError::DuplicateDnsName { .. } => Status::already_exists(message),
-        CommandError::UnknownMember(_) | CommandError::UnknownControlPlane(_) => {
-            Status::not_found(message)
-        }
+        | CommandError::DuplicateDnsName { .. }
+        | CommandError::AlreadyRevoked { .. } => Status::already_exists(message),
+        CommandError::UnknownMember(_)
+        | CommandError::UnknownControlPlane(_)
+        | CommandError::NotRevoked { .. } => Status::not_found(message),
         CommandError::Limit(_) => Status::resource_exhausted(message),
         e => {
             debug_assert!(e.is_precondition());

@@ -31,6 +31,9 @@ pub const RETRY_SAFE_HEADER: &str = "x-ring-retry-safe";
 /// ([`CommandError::kind`](crate::core::CommandError::kind), e.g. `stale_move`,
 /// `hosts_control_planes`), stable across releases, for clients that act on it.
 pub const REFUSAL_HEADER: &str = "x-ring-refusal";
+/// The refusal kind of a follower asked to pass on the revocation of its own certificate
+/// (`ringctl certs revoke` then asks the next member).
+pub const OWN_CERTIFICATE_REFUSAL: &str = "own_certificate";
 
 /// Response header on a `SnapshotSave` refused by a member that is not the leader: the leader's
 /// Admin address, where the client asks next.

@@ -19,7 +19,7 @@ use prost::Message;
 use tonic::{Request, Response, Status};
 
 use super::auth::{Access, Caller, Forwarded, caller};
-use super::convert::{command_error, control_plane, event, member, non_empty};
+use super::convert::{command_error, control_plane, event, member, non_empty, revoked_certificate};
 use super::freshness::Reads;
 use super::{MAX_ADMIN_MESSAGE_BYTES, is_connection_failure, retry_safe};
 use crate::config::Timing;
@@ -349,7 +349,16 @@ impl AdminService {
                 health: Health::Unknown.to_string(),
                 cordoned: false,
                 labels: BTreeMap::new(),
+                certificate_revoked: String::new(),
             });
+        }
+        if let Some(store) = &self.transport.tls {
+            let revoked = self.transport.seen.revoked(store.revocations());
+            for m in out.values_mut() {
+                if let Some(why) = revoked.get(&m.name) {
+                    m.certificate_revoked = why.clone();
+                }
+            }
         }
         out.into_values().collect()
     }
@@ -437,6 +446,46 @@ impl AdminService {
                 _ => String::new(),
             },
         }
+    }
+
+    /// The issuer a revocation names: `given`, or the issuer of this member's own certificate
+    /// (the ring's CA) when empty; and the serial in the ring's form.
+    fn revocation_target(&self, issuer: &str, serial: &str) -> Result<(String, String), Status> {
+        let Some(store) = self.transport.tls.as_ref() else {
+            return Err(Status::failed_precondition(
+                "the ring runs without TLS (insecure = true): it authenticates no certificate, \
+                 so there is nothing to revoke",
+            ));
+        };
+        let serial = crate::core::revocation::serial(serial).map_err(|e| command_error(&e))?;
+        let issuer = if issuer.trim().is_empty() {
+            let material = store.current();
+            let leaf = material
+                .certified_key
+                .cert
+                .first()
+                .ok_or_else(|| Status::internal("this member has no certificate"))?;
+            crate::tls::revocation::cert_key(leaf.as_ref())
+                .map(|(issuer, _)| issuer)
+                .ok_or_else(|| Status::internal("this member's certificate cannot be parsed"))?
+        } else {
+            issuer.trim().to_string()
+        };
+        Ok((issuer, serial))
+    }
+
+    /// Whether this member's own certificate is the one `serial` of `issuer`.
+    fn own_certificate_is(&self, issuer: &str, serial: &str) -> bool {
+        let Some(store) = self.transport.tls.as_ref() else {
+            return false;
+        };
+        let material = store.current();
+        material
+            .certified_key
+            .cert
+            .first()
+            .and_then(|leaf| crate::tls::revocation::cert_key(leaf.as_ref()))
+            .is_some_and(|(i, s)| i == issuer && s == serial)
     }
 
     fn tls_status(&self) -> Option<pb::TlsStatus> {
@@ -560,6 +609,89 @@ impl AdminService {
 #[tonic::async_trait]
 impl Admin for AdminService {
     type SnapshotSaveStream = SnapshotStream;
+
+    async fn cert_revoke(
+        &self,
+        request: Request<pb::CertRevokeRequest>,
+    ) -> Result<Response<pb::CertRevokeResponse>, Status> {
+        let caller = caller(&request, Access::Write)?;
+        let m = self.metrics();
+        if m.state != ServerState::Leader || m.current_leader != Some(self.me) {
+            let (issuer, serial) =
+                self.revocation_target(&request.get_ref().issuer, &request.get_ref().serial)?;
+            if self.own_certificate_is(&issuer, &serial) {
+                // Its connection to the leader ends when the leader applies the revocation,
+                // and the answer with it: the client would not learn that it committed.
+                let mut status = Status::failed_precondition(format!(
+                    "certificate {serial} is this member's own: its connection to the leader \
+                     ends with the revocation, and the answer with it; ask another member"
+                ));
+                status.metadata_mut().insert(
+                    super::REFUSAL_HEADER,
+                    tonic::metadata::MetadataValue::from_static(super::OWN_CERTIFICATE_REFUSAL),
+                );
+                return Err(status);
+            }
+        }
+        to_leader!(self, request, caller, "CertRevoke");
+        let req = request.into_inner();
+        let (issuer, serial) = self.revocation_target(&req.issuer, &req.serial)?;
+        let index = self
+            .propose(
+                caller.actor,
+                req.reason.clone(),
+                Command::RevokeCertificate {
+                    issuer: issuer.clone(),
+                    serial: serial.clone(),
+                    subject: req.subject,
+                    reason: req.reason,
+                },
+            )
+            .await?;
+        let revoked = self
+            .read(|a| {
+                a.state
+                    .revocation(&issuer, &serial)
+                    .map(revoked_certificate)
+            })
+            .ok_or_else(|| Status::internal("the revocation was committed but is not applied"))?;
+        Ok(Response::new(pb::CertRevokeResponse {
+            revoked: Some(revoked),
+            index,
+        }))
+    }
+
+    async fn cert_unrevoke(
+        &self,
+        request: Request<pb::CertUnrevokeRequest>,
+    ) -> Result<Response<pb::CertUnrevokeResponse>, Status> {
+        let caller = caller(&request, Access::Write)?;
+        to_leader!(self, request, caller, "CertUnrevoke");
+        let req = request.into_inner();
+        let (issuer, serial) = self.revocation_target(&req.issuer, &req.serial)?;
+        let index = self
+            .propose(
+                caller.actor,
+                req.reason,
+                Command::UnrevokeCertificate { issuer, serial },
+            )
+            .await?;
+        Ok(Response::new(pb::CertUnrevokeResponse { index }))
+    }
+
+    async fn cert_list_revoked(
+        &self,
+        request: Request<pb::CertListRevokedRequest>,
+    ) -> Result<Response<pb::CertListRevokedResponse>, Status> {
+        caller(&request, Access::Read)?;
+        let req = request.into_inner();
+        let freshness = self.reads.linearize(req.stale).await;
+        let revoked = self.read(|a| a.state.revoked.iter().map(revoked_certificate).collect());
+        Ok(Response::new(pb::CertListRevokedResponse {
+            revoked,
+            freshness: Some(freshness),
+        }))
+    }
 
     async fn snapshot_save(
         &self,
@@ -1337,6 +1469,8 @@ impl ForwardHandler for AdminService {
                 "MemberLabel" => run!(member_label, pb::MemberLabelRequest),
                 "Move" => run!(r#move, pb::MoveRequest),
                 "DnsList" => run!(dns_list, pb::DnsListRequest),
+                "CertRevoke" => run!(cert_revoke, pb::CertRevokeRequest),
+                "CertUnrevoke" => run!(cert_unrevoke, pb::CertUnrevokeRequest),
                 other => Err(Status::unimplemented(format!(
                     "method {other:?} cannot be forwarded"
                 ))),

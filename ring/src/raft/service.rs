@@ -155,7 +155,11 @@ impl PeerService {
                     tracing::warn!(remote = ?info.remote, "refused a peer message: {}", status.message());
                     return Err(status);
                 }
-                self.seen.record(&identity.name, cert_sha256);
+                let key = info
+                    .revocation
+                    .as_ref()
+                    .map(|(_, issuer, serial)| (issuer.as_str(), serial.as_str()));
+                self.seen.record(&identity.name, cert_sha256, key);
                 Ok(())
             }
             other => Err(Status::permission_denied(format!(

@@ -79,6 +79,7 @@ use crate::raft::state_machine::Applied;
 use crate::raft::storage::{DB_FILE, OpenError};
 use crate::raft::types::{LogId, StoredMembership, Vote, log_id};
 use crate::raft::{MemberNode, NodeId};
+use crate::time::utc;
 
 pub use file::{FileError, FileHeader};
 
@@ -413,23 +414,6 @@ pub fn apply_restore(plan: &Plan) -> Result<(), RecoverError> {
         let _ = std::fs::remove_dir_all(&staging);
     }
     result
-}
-
-/// `2026-12-01 02:53:35 UTC` for Unix milliseconds.
-fn utc(unix_ms: u64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_ms) * 1_000_000)
-        .map(|t| {
-            format!(
-                "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
-                t.year(),
-                u8::from(t.month()),
-                t.day(),
-                t.hour(),
-                t.minute(),
-                t.second()
-            )
-        })
-        .unwrap_or_else(|_| format!("{unix_ms} ms (Unix)"))
 }
 
 /// At most 20 items, then "and N more".

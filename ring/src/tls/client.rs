@@ -23,6 +23,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::identity::{Identity, Role};
 use super::material::{Material, provider};
+use super::revocation::{CutIo, cert_key};
 use super::store::TlsStore;
 use super::{Security, describe};
 
@@ -169,7 +170,7 @@ async fn connect_tls(
     side: Side,
     expect: Expect,
     connect_timeout: Duration,
-) -> std::io::Result<TokioIo<tokio_rustls::client::TlsStream<TcpStream>>> {
+) -> std::io::Result<TokioIo<CutIo<tokio_rustls::client::TlsStream<TcpStream>>>> {
     let io = |why: String| std::io::Error::new(std::io::ErrorKind::ConnectionRefused, why);
     let host = uri
         .host()
@@ -200,7 +201,32 @@ async fn connect_tls(
             .unwrap_or_else(|| e.to_string());
         io(format!("TLS handshake with {host}:{port} failed: {why}"))
     })?;
-    Ok(TokioIo::new(tls))
+    // A server whose certificate the ring revoked is refused, and a connection made before
+    // the revocation is cut by it.
+    let cut = match &side {
+        Side::Store(store) => {
+            let key = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|leaf| cert_key(leaf.as_ref()));
+            match key {
+                Some((issuer, serial)) => {
+                    let revocations = store.revocations();
+                    if let Err(why) = revocations.check(&issuer, &serial) {
+                        return Err(io(format!(
+                            "server certificate of {host}:{port} refused: {why}"
+                        )));
+                    }
+                    Some(revocations.track(issuer, serial))
+                }
+                None => None,
+            }
+        }
+        Side::Roots(_) => None,
+    };
+    Ok(TokioIo::new(CutIo::new(tls, cut)))
 }
 
 fn endpoint(
@@ -221,7 +247,7 @@ fn connector(
     connect_timeout: Duration,
 ) -> impl tower::Service<
     Uri,
-    Response = TokioIo<tokio_rustls::client::TlsStream<TcpStream>>,
+    Response = TokioIo<CutIo<tokio_rustls::client::TlsStream<TcpStream>>>,
     Error = std::io::Error,
     Future = impl Send,
 > + Clone

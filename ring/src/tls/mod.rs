@@ -4,6 +4,7 @@
 //! - [`material`]: loading and checking a CA bundle, certificate and key.
 //! - [`store`]: the material in use, reloaded when its files change.
 //! - [`server`]: accepting connections and judging client certificates.
+//! - [`revocation`]: refusing revoked certificates and cutting their connections.
 //! - [`client`]: channels to members, checking that the server is the expected member.
 //! - [`certs`]: making a CA and certificates (`ringctl certs`).
 //!
@@ -16,6 +17,7 @@ pub mod certs;
 pub mod client;
 pub mod identity;
 pub mod material;
+pub mod revocation;
 pub mod server;
 pub mod store;
 

@@ -29,6 +29,7 @@ use tonic::transport::server::Connected;
 
 use super::identity::Identity;
 use super::material::{provider, sha256_hex};
+use super::revocation::{CutIo, Revocations, cert_key};
 use super::store::TlsStore;
 use super::{Security, describe};
 
@@ -62,6 +63,9 @@ pub struct ConnInfo {
     pub remote: Option<SocketAddr>,
     /// Who the client is.
     pub auth: Arc<PeerAuth>,
+    /// Where to check, at each request, that its certificate was not revoked since the
+    /// handshake (with its issuer and serial); `None` without a verified certificate.
+    pub revocation: Option<(Arc<Revocations>, String, String)>,
 }
 
 impl ConnInfo {
@@ -71,9 +75,10 @@ impl ConnInfo {
     }
 }
 
-/// An accepted connection.
+/// An accepted connection. Its reads and writes fail once the client's certificate is
+/// revoked ([`CutIo`]).
 pub struct Conn {
-    io: ConnIo,
+    io: CutIo<ConnIo>,
     info: ConnInfo,
 }
 
@@ -96,10 +101,7 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        match &mut self.get_mut().io {
-            ConnIo::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            ConnIo::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
     }
 }
 
@@ -109,21 +111,52 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        match &mut self.get_mut().io {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+impl AsyncRead for ConnIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            ConnIo::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            ConnIo::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ConnIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
             ConnIo::Plain(s) => Pin::new(s).poll_write(cx, buf),
             ConnIo::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match &mut self.get_mut().io {
+        match self.get_mut() {
             ConnIo::Plain(s) => Pin::new(s).poll_flush(cx),
             ConnIo::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match &mut self.get_mut().io {
+        match self.get_mut() {
             ConnIo::Plain(s) => Pin::new(s).poll_shutdown(cx),
             ConnIo::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
@@ -214,6 +247,9 @@ pub fn judge(store: &TlsStore, chain: Option<&[CertificateDer<'static>]>) -> Pee
     {
         return PeerAuth::Refused(describe(&e));
     }
+    if let Err(why) = store.revocations().check_der(leaf.as_ref()) {
+        return PeerAuth::Refused(why);
+    }
     match Identity::from_cert_der(leaf.as_ref()) {
         Ok(identity) => PeerAuth::Verified {
             identity,
@@ -261,10 +297,11 @@ pub fn incoming(
             let _ = tcp.set_nodelay(true);
             let Some((store, acceptor)) = acceptor.clone() else {
                 let conn = Conn {
-                    io: ConnIo::Plain(tcp),
+                    io: CutIo::new(ConnIo::Plain(tcp), None),
                     info: ConnInfo {
                         remote: Some(remote),
                         auth: Arc::new(PeerAuth::Insecure),
+                        revocation: None,
                     },
                 };
                 if tx.send(Ok(conn)).await.is_err() {
@@ -291,11 +328,25 @@ pub fn incoming(
                     }
                 };
                 let auth = judge(&store, tls.get_ref().1.peer_certificates());
+                let key = match &auth {
+                    PeerAuth::Verified { .. } => tls
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .and_then(|leaf| cert_key(leaf.as_ref())),
+                    _ => None,
+                };
+                let revocations = store.revocations().clone();
+                let cut = key
+                    .as_ref()
+                    .map(|(issuer, serial)| revocations.track(issuer.clone(), serial.clone()));
                 let conn = Conn {
-                    io: ConnIo::Tls(Box::new(tls)),
+                    io: CutIo::new(ConnIo::Tls(Box::new(tls)), cut),
                     info: ConnInfo {
                         remote: Some(remote),
                         auth: Arc::new(auth),
+                        revocation: key.map(|(issuer, serial)| (revocations, issuer, serial)),
                     },
                 };
                 let _ = tx.send(Ok(conn)).await;
@@ -307,27 +358,62 @@ pub fn incoming(
 
 /// The certificates members presented on the peer port, newest per member (for status).
 #[derive(Clone, Default)]
-pub struct SeenCertificates(
-    Arc<std::sync::Mutex<std::collections::BTreeMap<String, (String, u64)>>>,
-);
+pub struct SeenCertificates(Arc<std::sync::Mutex<std::collections::BTreeMap<String, Seen>>>);
+
+#[derive(Clone)]
+struct Seen {
+    sha256: String,
+    at_unix_ms: u64,
+    /// (issuer, serial), to tell whether it was revoked since.
+    key: Option<(String, String)>,
+}
 
 impl SeenCertificates {
-    /// Records that member `name` presented the certificate with SHA-256 `sha256`.
-    pub fn record(&self, name: &str, sha256: &str) {
+    /// Records that member `name` presented the certificate with SHA-256 `sha256` (issuer and
+    /// serial `key`).
+    pub fn record(&self, name: &str, sha256: &str, key: Option<(&str, &str)>) {
         let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let now = crate::time::unix_ms();
         match seen.get_mut(name) {
-            Some((sha, at)) if sha == sha256 => *at = now,
+            Some(s) if s.sha256 == sha256 => s.at_unix_ms = now,
             _ => {
                 // Bounded: one entry per member name, and names come from verified certificates.
-                seen.insert(name.to_string(), (sha256.to_string(), now));
+                seen.insert(
+                    name.to_string(),
+                    Seen {
+                        sha256: sha256.to_string(),
+                        at_unix_ms: now,
+                        key: key.map(|(i, s)| (i.to_string(), s.to_string())),
+                    },
+                );
             }
         }
     }
 
     /// Member name -> (certificate SHA-256, last seen in Unix milliseconds).
     pub fn snapshot(&self) -> std::collections::BTreeMap<String, (String, u64)> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(name, s)| (name.clone(), (s.sha256.clone(), s.at_unix_ms)))
+            .collect()
+    }
+
+    /// Member name -> why the certificate it last presented here is refused now (revoked).
+    pub fn revoked(&self, revocations: &Revocations) -> std::collections::BTreeMap<String, String> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(|(name, s)| {
+                let (issuer, serial) = s.key.as_ref()?;
+                revocations
+                    .check(issuer, serial)
+                    .err()
+                    .map(|why| (name.clone(), why))
+            })
+            .collect()
     }
 }
 
@@ -350,6 +436,14 @@ pub fn admit(
     let Some(info) = info else {
         return refuse(tonic::Status::unauthenticated("no connection information"));
     };
+    // Revoked since the handshake (its connection is being cut).
+    if let Some((revocations, issuer, serial)) = &info.revocation
+        && let Err(why) = revocations.check(issuer, serial)
+    {
+        return refuse(tonic::Status::unauthenticated(format!(
+            "client certificate refused: {why}"
+        )));
+    }
     match info.auth.as_ref() {
         PeerAuth::Insecure => Ok(()),
         PeerAuth::NoCertificate => refuse(tonic::Status::unauthenticated(format!(

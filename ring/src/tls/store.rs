@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use super::identity::Identity;
 use super::material::{Material, TlsError, TlsFiles};
+use super::revocation::Revocations;
 
 /// What [`TlsStore::status`] reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +48,7 @@ pub struct TlsStore {
     current: RwLock<Current>,
     reload_error: Mutex<Option<String>>,
     generation: watch::Sender<u64>,
+    revocations: Arc<Revocations>,
 }
 
 fn digest(files: &TlsFiles) -> [u8; 32] {
@@ -76,6 +78,7 @@ impl TlsStore {
             }),
             reload_error: Mutex::new(None),
             generation: watch::channel(0).0,
+            revocations: Arc::default(),
         }))
     }
 
@@ -91,6 +94,11 @@ impl TlsStore {
     /// Changes every time new material is swapped in.
     pub fn watch(&self) -> watch::Receiver<u64> {
         self.generation.subscribe()
+    }
+
+    /// The certificates refused although the CA signed them.
+    pub fn revocations(&self) -> &Arc<Revocations> {
+        &self.revocations
     }
 
     /// The files this store reads.

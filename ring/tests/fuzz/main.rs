@@ -866,6 +866,15 @@ fn command() -> BoxedStrategy<Command> {
         )
             .prop_map(|(name, epoch, member, problem)| Command::ReportProblem { name, epoch, member, problem }),
         1 => (node_id(), any::<bool>()).prop_map(|(id, cordoned)| Command::Cordon { id, cordoned }),
+        1 => (
+            strings(&["CN=garden-ring CA", "", "CN=\u{202e}"]),
+            strings(&["1a2b", "01a2b", "0", "xyz", ""]),
+            strings(&["member:b", ""]),
+            strings(&["key leaked", "", " "]),
+        )
+            .prop_map(|(issuer, serial, subject, reason)| Command::RevokeCertificate { issuer, serial, subject, reason }),
+        1 => (strings(&["CN=garden-ring CA", ""]), strings(&["1a2b", "ff"]))
+            .prop_map(|(issuer, serial)| Command::UnrevokeCertificate { issuer, serial }),
         1 => (node_id(), vec((member_name(), member_name()), 0..20))
             .prop_map(|(id, labels)| Command::SetLabels { id, labels: labels.into_iter().collect() }),
     ]

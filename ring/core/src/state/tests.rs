@@ -582,6 +582,10 @@ fn ring3_with_control_planes() -> RingState {
 #[test]
 fn recovery_keeps_the_survivors_control_planes_and_fences_the_removed_hosts() {
     let mut state = ring3_with_control_planes();
+    // A revoked certificate stays revoked through a recovery.
+    state
+        .apply(20, &proposal(revoke("1a2b", "key leaked")))
+        .unwrap();
     let before = state.clone();
     assert_eq!(RingState::default().generation(), 0, "no state yet");
     assert_eq!(before.generation(), 1, "the ring as formed");
@@ -592,6 +596,8 @@ fn recovery_keeps_the_survivors_control_planes_and_fences_the_removed_hosts() {
         .unwrap();
     // A new incarnation: members that kept the old state no longer reach it.
     assert_eq!(state.generation(), 2);
+    assert_eq!(state.revoked, before.revoked);
+    assert_eq!(state.revoked.len(), 1);
 
     // One member left, the only voter, at its new address; the others retired.
     assert_eq!(state.members.keys().copied().collect::<Vec<_>>(), vec![1]);
@@ -1247,4 +1253,99 @@ fn a_hosts_problem_is_recorded_once_kept_while_it_lasts_and_cleared_by_the_host_
         10,
         report_problem("x", 2, other, Some(disk_full)),
     );
+}
+
+fn revoke(serial: &str, reason: &str) -> Command {
+    Command::RevokeCertificate {
+        issuer: "CN=garden-ring CA".into(),
+        serial: serial.into(),
+        subject: "member:b".into(),
+        reason: reason.into(),
+    }
+}
+
+#[test]
+fn revocations_are_kept_once_bounded_and_taken_back_only_when_they_exist() {
+    let mut state = ring3();
+    state
+        .apply(2, &at(revoke("1a2b", "key leaked"), 5_000))
+        .unwrap();
+    let r = state
+        .revocation("CN=garden-ring CA", "1a2b")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (
+            r.subject.as_str(),
+            r.reason.as_str(),
+            r.at_ms,
+            r.actor.as_str()
+        ),
+        ("member:b", "key leaked", 5_000, "test")
+    );
+    assert_eq!(state.revocation("CN=another CA", "1a2b"), None);
+    let event = state.history.newest(1)[0].clone();
+    assert_eq!(
+        (event.action.as_str(), event.subject.as_str()),
+        ("cert.revoke", "certificate 1a2b (member:b)")
+    );
+
+    // Twice: refused, saying when and by whom. Malformed: refused. Nothing changes.
+    let err = refused(&mut state, 3, revoke("1a2b", "again"));
+    assert!(
+        matches!(err, CommandError::AlreadyRevoked { at_ms: 5_000, .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("by test"), "{err}");
+    for bad in ["01a2b", "1A2B", "xyz", ""] {
+        let err = refused(&mut state, 3, revoke(bad, "why"));
+        assert!(
+            matches!(err, CommandError::Invalid { .. }),
+            "{bad}: {err:?}"
+        );
+    }
+    let err = refused(&mut state, 3, revoke("ff", ""));
+    assert!(matches!(err, CommandError::Invalid { .. }), "{err:?}");
+
+    // Survives JSON (a snapshot); a state without any writes no field (old snapshots decode).
+    let decoded: RingState = serde_json::from_str(&serde_json::to_string(&state).unwrap()).unwrap();
+    assert_eq!(decoded, state);
+    assert!(!serde_json::to_string(&ring3()).unwrap().contains("revoked"));
+
+    // Unrevoke: only what is revoked.
+    let unknown = Command::UnrevokeCertificate {
+        issuer: "CN=garden-ring CA".into(),
+        serial: "ff".into(),
+    };
+    let err = refused(&mut state, 3, unknown);
+    assert!(matches!(err, CommandError::NotRevoked { .. }), "{err:?}");
+    state
+        .apply(
+            3,
+            &proposal(Command::UnrevokeCertificate {
+                issuer: "CN=garden-ring CA".into(),
+                serial: "1a2b".into(),
+            }),
+        )
+        .unwrap();
+    assert!(state.revoked.is_empty());
+    assert!(
+        state.history.newest(1)[0]
+            .detail
+            .contains("accepted again (revoked at 5000 ms by test: key leaked)"),
+        "{:?}",
+        state.history.newest(1)
+    );
+
+    // Bounded.
+    for n in 0..crate::revocation::MAX_REVOKED {
+        state
+            .apply(
+                4 + n as u64,
+                &proposal(revoke(&format!("{:x}", n + 1), "r")),
+            )
+            .unwrap();
+    }
+    let err = refused(&mut state, 5_000, revoke("ffffff", "one more"));
+    assert!(matches!(err, CommandError::Limit(_)), "{err:?}");
 }

@@ -192,6 +192,53 @@ enum CertsCmd {
         #[arg(long)]
         force: bool,
     },
+    /// Revoke a certificate (admin only): committed into the ring's state, so every member
+    /// refuses it on both ports within about a second (UNAUTHENTICATED, saying when and by
+    /// whom) and closes the connections that presented it. A revoked member certificate takes
+    /// no part in Raft any more: issue the member a new one (`certs issue --force`). Survives
+    /// restarts, `ringd recover` and snapshot restores.
+    Revoke {
+        #[command(flatten)]
+        which: WhichCert,
+        /// Why (required; whoever presents the certificate reads it).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Take a revocation back (admin only): the certificate is accepted again while valid.
+    Unrevoke {
+        #[command(flatten)]
+        which: WhichCert,
+        /// Why (recorded in history).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// List the certificates the ring revokes.
+    ListRevoked,
+}
+
+/// The certificate a revocation is about.
+#[derive(Debug, clap::Args)]
+#[group(required = true, multiple = false)]
+struct WhichCert {
+    /// The certificate file (PEM): its issuer, serial and identity are read from it.
+    #[arg(long = "cert")]
+    cert: Option<PathBuf>,
+    /// Its serial number in hex (as `openssl x509 -noout -serial` prints it); the issuer is
+    /// the ring's CA.
+    #[arg(long)]
+    serial: Option<String>,
+}
+
+impl WhichCert {
+    /// (issuer or empty for the ring's CA, serial, subject).
+    fn key(&self) -> Result<(String, String, String), Failure> {
+        match (&self.cert, &self.serial) {
+            (Some(path), _) => garden_ring::tls::revocation::cert_file_key(path)
+                .map_err(|e| Failure(e.to_string())),
+            (None, Some(serial)) => Ok((String::new(), serial.clone(), String::new())),
+            (None, None) => Err(Failure("give --cert FILE or --serial HEX".into())),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -518,6 +565,13 @@ fn connection(cli: &Cli) -> Result<(Vec<String>, Security), Failure> {
     Ok((endpoints, security))
 }
 
+impl CertsCmd {
+    /// Whether it works on local files only (no ring to ask).
+    fn is_local(&self) -> bool {
+        matches!(self, CertsCmd::Init { .. } | CertsCmd::Issue { .. })
+    }
+}
+
 fn certs(cmd: CertsCmd, out: Output) -> Result<(), Failure> {
     use garden_ring::tls::certs;
     let fail = |e: certs::CertsError| Failure(e.to_string());
@@ -574,6 +628,9 @@ fn certs(cmd: CertsCmd, out: Output) -> Result<(), Failure> {
                 certs::issue(&dir, &identity(role, &name)?, &sans, days, force).map_err(fail)?;
             written.push(cert);
             written.push(key);
+        }
+        CertsCmd::Revoke { .. } | CertsCmd::Unrevoke { .. } | CertsCmd::ListRevoked => {
+            unreachable!("asks the ring")
         }
     }
     print(out, &written, |files| {
@@ -687,7 +744,7 @@ macro_rules! rpc {
 async fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Cmd::Demo(args) => return demo(args, cli.output, cli.insecure).await,
-        Cmd::Certs(cmd) => return certs(cmd, cli.output),
+        Cmd::Certs(cmd) if cmd.is_local() => return certs(cmd, cli.output),
         Cmd::Snapshot(snapshot::SnapshotCmd::Restore(args)) => {
             return snapshot::restore(args, cli.output);
         }
@@ -695,6 +752,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     }
     let (endpoints, security) = connection(&cli)?;
     let timeout = Duration::from_secs(cli.timeout.max(1));
+    let each_endpoint = endpoints.clone();
     let client =
         AdminClient::new(endpoints, security.clone(), actor())?.with_request_timeout(timeout);
     let out = cli.output;
@@ -1083,6 +1141,66 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             print(out, &r, |r| {
                 format!("automatic actions resumed (index {})", r.index)
             });
+        }
+        Cmd::Certs(CertsCmd::Revoke { which, reason }) => {
+            let (issuer, serial, subject) = which.key()?;
+            let req = pb::CertRevokeRequest {
+                serial,
+                issuer,
+                subject,
+                reason,
+            };
+            let mut r = rpc!(client, cert_revoke, req.clone());
+            // A follower does not pass on the revocation of its own certificate (the answer
+            // would be lost with its connection): ask the others, one by one.
+            let own = |r: &Result<pb::CertRevokeResponse, ClientError>| {
+                matches!(r, Err(ClientError::Status(s))
+                    if s.metadata().get(garden_ring::admin::REFUSAL_HEADER).and_then(|v| v.to_str().ok())
+                        == Some(garden_ring::admin::OWN_CERTIFICATE_REFUSAL))
+            };
+            for endpoint in &each_endpoint {
+                if !own(&r) {
+                    break;
+                }
+                let one = AdminClient::new(vec![endpoint.clone()], security.clone(), actor())?
+                    .with_request_timeout(timeout);
+                r = rpc!(one, cert_revoke, req.clone());
+            }
+            let r = r?;
+            print(out, &r, |r| {
+                format!(
+                    "{} (index {}); every member refuses it from now on",
+                    r.revoked
+                        .as_ref()
+                        .map(output::revoked_line)
+                        .unwrap_or_default(),
+                    r.index
+                )
+            });
+        }
+        Cmd::Certs(CertsCmd::Unrevoke { which, reason }) => {
+            let (issuer, serial, _) = which.key()?;
+            let r = rpc!(
+                client,
+                cert_unrevoke,
+                pb::CertUnrevokeRequest {
+                    serial: serial.clone(),
+                    issuer,
+                    reason,
+                }
+            )?;
+            print(out, &r, |r| {
+                format!("certificate {serial} is accepted again (index {})", r.index)
+            });
+        }
+        Cmd::Certs(CertsCmd::ListRevoked) => {
+            let r = rpc!(
+                client,
+                cert_list_revoked,
+                pb::CertListRevokedRequest { stale: cli.stale }
+            )?;
+            note_stale(r.freshness.as_ref());
+            print(out, &r.revoked, |list| output::revoked(list));
         }
         Cmd::Demo(_) | Cmd::Certs(_) | Cmd::Snapshot(snapshot::SnapshotCmd::Restore(_)) => {
             unreachable!("handled above")

@@ -60,27 +60,38 @@ pub fn members(members: &[pb::Member], leader_id: Option<u64>) -> String {
     let mut t = Table::new(vec![
         "ID", "NAME", "ZONE", "ROLE", "HEALTH", "PEER", "ADMIN",
     ]);
+    let mut revoked = Vec::new();
     for m in members {
         let role = if Some(m.id) == leader_id {
             format!("{} (leader)", m.role)
         } else {
             m.role.clone()
         };
+        let mut health = m.health.clone();
+        if m.cordoned {
+            health.push_str(" (cordoned)");
+        }
+        if !m.certificate_revoked.is_empty() {
+            health.push_str(" (CERTIFICATE REVOKED)");
+            revoked.push(format!("{}: {}", m.name, m.certificate_revoked));
+        }
         t.row(vec![
             m.id.to_string(),
             m.name.clone(),
             m.zone.clone(),
             role,
-            if m.cordoned {
-                format!("{} (cordoned)", m.health)
-            } else {
-                m.health.clone()
-            },
+            health,
             m.address.clone(),
             m.admin_address.clone(),
         ]);
     }
-    t.render()
+    let mut out = t.render();
+    for line in revoked {
+        out.push_str(&format!(
+            "\n{line}; issue it a new certificate (ringctl certs issue --force)"
+        ));
+    }
+    out
 }
 
 pub fn control_planes(cps: &[pb::ControlPlane]) -> String {
@@ -503,6 +514,49 @@ pub fn history(events: &[pb::Event]) -> String {
             e.subject.clone(),
             e.detail.clone(),
             or_dash(&e.reason),
+        ]);
+    }
+    t.render()
+}
+
+/// One revoked certificate in a line.
+pub fn revoked_line(r: &pb::RevokedCertificate) -> String {
+    format!(
+        "certificate {}{} of {} revoked at {} UTC by {}: {}",
+        r.serial,
+        if r.subject.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", r.subject)
+        },
+        r.issuer,
+        utc(r.revoked_unix_ms),
+        r.actor,
+        r.reason
+    )
+}
+
+/// `certs list-revoked`.
+pub fn revoked(list: &[pb::RevokedCertificate]) -> String {
+    if list.is_empty() {
+        return "no certificate is revoked".into();
+    }
+    let mut t = Table::new(vec![
+        "SERIAL",
+        "SUBJECT",
+        "ISSUER",
+        "REVOKED (UTC)",
+        "BY",
+        "REASON",
+    ]);
+    for r in list {
+        t.row(vec![
+            r.serial.clone(),
+            or_dash(&r.subject),
+            r.issuer.clone(),
+            utc(r.revoked_unix_ms),
+            r.actor.clone(),
+            r.reason.clone(),
         ]);
     }
     t.render()
