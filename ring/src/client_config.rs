@@ -118,6 +118,7 @@ impl ClientConfig {
             ca_file: self.ca_file.clone()?,
             cert_file: self.cert_file.clone()?,
             key_file: self.key_file.clone()?,
+            crl_file: None,
         })
     }
 

@@ -199,6 +199,7 @@ pub fn tls_files(certs_dir: &Path, identity: &Identity) -> TlsFiles {
         ca_file: certs::ca_path(certs_dir),
         cert_file,
         key_file,
+        crl_file: None,
     }
 }
 

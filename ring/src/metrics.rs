@@ -222,6 +222,8 @@ pub struct Sources {
     pub backups: Arc<BackupStatuses>,
     /// Whether the Raft log's disk has room.
     pub disk: DiskHealth,
+    /// The certificates in use (`None` without TLS).
+    pub tls: Option<Arc<crate::tls::TlsStore>>,
 }
 
 impl Sources {
@@ -420,6 +422,9 @@ impl Sources {
             );
         }
         render_backups(&mut out, &self.backups.all(), now_ms);
+        if let Some(tls) = &self.tls {
+            render_certificates(&mut out, &tls.status(), now_ms);
+        }
         let gc = self.backups.gc_totals();
         let _ = writeln!(
             out,
@@ -457,6 +462,28 @@ fn host_gauge(
             cp.host.as_deref().unwrap_or(""),
             u8::from(on(cp))
         );
+    }
+}
+
+/// Seconds left of the member's own certificate and of each CA certificate it trusts
+/// (negative once expired), for the alert that fires weeks before an expiry.
+fn render_certificates(out: &mut String, tls: &crate::tls::store::TlsStatus, now_ms: u64) {
+    let now_s = i64::try_from(now_ms / 1000).unwrap_or(i64::MAX);
+    let _ = writeln!(
+        out,
+        "# HELP garden_ring_certificate_expiry_seconds Seconds until the certificate stops being valid: this member's own (certificate=\"own\", name: its identity) and each CA certificate it trusts (certificate=\"ca\", name: its subject). Negative once expired.\n# TYPE garden_ring_certificate_expiry_seconds gauge"
+    );
+    let mut line = |kind: &str, name: &str, not_after_s: i64| {
+        let _ = writeln!(
+            out,
+            "garden_ring_certificate_expiry_seconds{{certificate=\"{kind}\",name=\"{}\"}} {}",
+            name.replace('\\', "\\\\").replace('"', "\\\""),
+            not_after_s.saturating_sub(now_s)
+        );
+    };
+    line("own", &tls.identity, tls.not_after_unix_s);
+    for ca in &tls.cas {
+        line("ca", &ca.name, ca.not_after_unix_s);
     }
 }
 

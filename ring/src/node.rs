@@ -429,6 +429,7 @@ impl Member {
                     snapshots: snapshot_times,
                     backups: backup_statuses,
                     disk,
+                    tls: security.store().cloned(),
                 },
                 tasks.stopped.clone(),
             ));

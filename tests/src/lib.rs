@@ -287,6 +287,7 @@ pub fn ensure_cert(certs_dir: &Path, identity: &Identity) -> TlsFiles {
         ca_file: certs::ca_path(certs_dir),
         cert_file,
         key_file,
+        crl_file: None,
     }
 }
 

@@ -567,6 +567,17 @@ async fn oversized_admin_messages_are_refused_before_they_reach_the_log() {
     );
 }
 
+/// `Status` through `client`.
+async fn status_as(
+    client: &garden_ring::admin::AdminClient,
+) -> Result<pb::StatusResponse, garden_ring::admin::ClientError> {
+    client
+        .call(pb::StatusRequest::default(), |mut c, r| async move {
+            c.status(r).await
+        })
+        .await
+}
+
 /// Polls `status` through `client` every 5 ms until it is refused as revoked; the refusal and
 /// how long after `since` it came.
 async fn refused_as_revoked(
@@ -577,12 +588,7 @@ async fn refused_as_revoked(
         Duration::from_secs(5),
         "the revoked certificate is refused",
         || async {
-            let err = client
-                .call(pb::StatusRequest::default(), |mut c, r| async move {
-                    c.status(r).await
-                })
-                .await
-                .err()?;
+            let err = status_as(client).await.err()?;
             let text = err.to_string();
             (err.code() == Some(tonic::Code::Unauthenticated) && text.contains("was revoked at"))
                 .then(|| (text, since.elapsed()))
@@ -763,12 +769,7 @@ async fn a_revoked_certificate_is_refused_by_every_member_within_a_second() {
     for i in 0..3 {
         let client = client_of(&ring, i, &leaky);
         eventually(Duration::from_secs(5), "accepted again", || async {
-            client
-                .call(pb::StatusRequest::default(), |mut c, r| async move {
-                    c.status(r).await
-                })
-                .await
-                .ok()
+            status_as(&client).await.ok()
         })
         .await;
     }
@@ -893,4 +894,222 @@ async fn a_revoked_member_takes_no_part_in_raft_until_it_has_a_new_certificate()
             .then_some(())
     })
     .await;
+}
+
+#[tokio::test]
+async fn an_expiring_certificate_is_seen_weeks_ahead() {
+    let mut ring = Ring::prepare(RingOptions::default());
+    let metrics = ring.free_addresses(1)[0];
+    ring.procs[0].config.metrics.listen = Some(metrics);
+    for p in &mut ring.procs {
+        p.spawn();
+    }
+    ring.wait_leader(&[0, 1, 2], &[], FORM).await;
+    let certs = certs_dir(ring.dir.path());
+    // a's certificate is replaced by one valid for 7 days; a loads it without a restart.
+    let out = Command::new(binary("ringctl"))
+        .args([
+            "certs", "issue", "--role", "member", "--name", "a", "--force",
+        ])
+        .args(["--days", "7", "--dir"])
+        .arg(&certs)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let want = pem_sha256(&certs.join("member-a.pem"));
+    eventually(Duration::from_secs(10), "a loads it", || async {
+        let tls = status(&ring.procs[0]).await.ok()?.tls?;
+        (tls.certificate_sha256 == want).then_some(())
+    })
+    .await;
+
+    // The metric, for the alert (below 14 days).
+    let (_, text) = garden_ring_tests::http_get(metrics, "/metrics").unwrap();
+    let own = text
+        .lines()
+        .find(|l| {
+            l.starts_with(
+                "garden_ring_certificate_expiry_seconds{certificate=\"own\",name=\"member:a\"}",
+            )
+        })
+        .unwrap_or_else(|| panic!("no expiry of a's own certificate in:\n{text}"));
+    let left_s: i64 = own.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!((7 * 86_400 - 120..=7 * 86_400).contains(&left_s), "{own}");
+    assert!(
+        text.contains(
+            "garden_ring_certificate_expiry_seconds{certificate=\"ca\",name=\"CN=garden-ring CA"
+        ),
+        "{text}"
+    );
+
+    // `ringctl status` answered by a warns (below 30 days).
+    let out =
+        garden_ring_tests::ringctl(&ring.client_config, &[ring.procs[0].admin()], &["status"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    // 7 days less the moment since it was issued: 6 days, or 7 within the second it was.
+    assert!(
+        ["6", "7"].iter().any(|days| said.contains(&format!(
+            "WARNING: this member's certificate (member:a) expires in {days} day(s)"
+        ))),
+        "{said}"
+    );
+
+    // `ringctl certs check DIR`: every certificate file, soonest first; exit 1 while one is
+    // within --warn-days, naming it.
+    let check = |warn: &str| {
+        Command::new(binary("ringctl"))
+            .args(["certs", "check", "--warn-days", warn])
+            .arg(&certs)
+            .output()
+            .unwrap()
+    };
+    let out = check("10");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{table}{}", stderr(&out));
+    let first = table.lines().nth(1).unwrap_or_default();
+    assert!(
+        first.starts_with("member-a.pem")
+            && first.contains("member:a")
+            && first.contains("expires soon"),
+        "{table}"
+    );
+    assert!(table.contains("ca.pem"), "{table}");
+    assert!(
+        !table.contains("-key.pem"),
+        "keys are not certificates: {table}"
+    );
+    assert!(
+        stderr(&out).contains("member-a.pem (member:a)"),
+        "{}",
+        stderr(&out)
+    );
+    let out = check("5");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        stderr(&out)
+    );
+    println!("{table}");
+}
+
+/// The serial (hex) of the certificate in `files`.
+fn serial_of(files: &TlsFiles) -> String {
+    garden_ring::tls::revocation::cert_file_key(&files.cert_file)
+        .unwrap()
+        .1
+}
+
+#[tokio::test]
+async fn a_crl_file_refuses_what_it_lists_and_a_bad_one_changes_nothing() {
+    let mut ring = Ring::prepare(RingOptions::default());
+    let certs = certs_dir(ring.dir.path());
+    let crl = ring.dir.path().join("ring.crl.pem");
+    garden_ring::tls::certs::write_crl(&certs, &[], 30, &crl).unwrap();
+    for p in &mut ring.procs {
+        p.config.tls.as_mut().unwrap().files.crl_file = Some(crl.clone());
+        p.spawn();
+    }
+    ring.wait_leader(&[0, 1, 2], &[], FORM).await;
+    let victim = ensure_cert(&certs, &identity(Role::Admin, "crl-victim"));
+    let clients: Vec<_> = (0..3).map(|i| client_of(&ring, i, &victim)).collect();
+    for client in &clients {
+        status_as(client).await.expect("not listed yet");
+    }
+
+    // The CRL now lists it (written by the real ringctl): every member refuses it once it
+    // reloaded the file (every 200 ms here).
+    let out = Command::new(binary("ringctl"))
+        .args(["certs", "crl", "--serial", &serial_of(&victim), "--out"])
+        .arg(&crl)
+        .arg("--dir")
+        .arg(&certs)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let written = std::time::Instant::now();
+    let mut took = Vec::new();
+    for client in &clients {
+        let why = eventually(Duration::from_secs(5), "the CRL refuses it", || async {
+            let err = status_as(client).await.err()?;
+            let text = err.to_string();
+            text.contains("is revoked by the CRL in").then_some(text)
+        })
+        .await;
+        assert!(why.contains("reason KeyCompromise"), "{why}");
+        took.push(written.elapsed().as_millis());
+    }
+    println!("CRL written -> refused, ms, members a, b, c (reload every 200 ms): {took:?}");
+
+    // A corrupt CRL, and one of another CA: reported, nothing of it applied, the list kept.
+    let other = tempfile::tempdir().unwrap();
+    garden_ring::tls::certs::init_ca(other.path(), 30, false).unwrap();
+    let foreign = other.path().join("foreign.crl.pem");
+    garden_ring::tls::certs::write_crl(other.path(), &["1".into()], 30, &foreign).unwrap();
+    let good = std::fs::read(&crl).unwrap();
+    for (bad, needle) in [
+        (
+            b"-----BEGIN X509 CRL-----\nnot base64\n-----END X509 CRL-----\n".to_vec(),
+            "CRL file",
+        ),
+        (
+            std::fs::read(&foreign).unwrap(),
+            "which is no CA of the CA file",
+        ),
+        (good[..good.len() / 2].to_vec(), "CRL file"),
+    ] {
+        // From a good file each time, so each error seen is this one's.
+        std::fs::write(&crl, &good).unwrap();
+        eventually(Duration::from_secs(5), "a loads the good CRL", || async {
+            let tls = status(&ring.procs[0]).await.ok()?.tls?;
+            tls.reload_error.is_empty().then_some(())
+        })
+        .await;
+        std::fs::write(&crl, &bad).unwrap();
+        let error = eventually(Duration::from_secs(5), "a reports the bad CRL", || async {
+            let tls = status(&ring.procs[0]).await.ok()?.tls?;
+            tls.reload_error
+                .contains(needle)
+                .then_some(tls.reload_error)
+        })
+        .await;
+        assert_eq!(error.lines().count(), 1, "{error}");
+        println!("bad CRL: {error}");
+        let err = status_as(&clients[0]).await.unwrap_err();
+        assert!(
+            err.to_string().contains("is revoked by the CRL in"),
+            "{err}"
+        );
+        assert!(
+            status(&ring.procs[0]).await.is_ok(),
+            "the admin is still let in"
+        );
+    }
+
+    // The same list as DER: loaded, and the error clears.
+    use rustls_pki_types::pem::PemObject as _;
+    let der = rustls_pki_types::CertificateRevocationListDer::from_pem_slice(&good).unwrap();
+    std::fs::write(&crl, der.as_ref()).unwrap();
+    eventually(Duration::from_secs(5), "a loads the DER CRL", || async {
+        let tls = status(&ring.procs[0]).await.ok()?.tls?;
+        tls.reload_error.is_empty().then_some(())
+    })
+    .await;
+    assert!(
+        status_as(&clients[0]).await.is_err(),
+        "the DER CRL lists it too"
+    );
+
+    // Both sources apply: the ring revokes another certificate beside the CRL's.
+    let other_admin = ensure_cert(&certs, &identity(Role::Admin, "ring-revoked"));
+    let cert = other_admin.cert_file.display().to_string();
+    let out = ring.ringctl(&["certs", "revoke", "--cert", &cert, "--reason", "both"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    refused_as_revoked(
+        &client_of(&ring, 1, &other_admin),
+        std::time::Instant::now(),
+    )
+    .await;
+    assert!(status_as(&clients[1]).await.is_err());
 }

@@ -510,6 +510,15 @@ impl AdminService {
                     },
                 )
                 .collect(),
+            cas: status
+                .cas
+                .into_iter()
+                .map(|c| pb::CaCertificate {
+                    subject: c.name,
+                    sha256: c.sha256,
+                    not_after_unix_s: c.not_after_unix_s,
+                })
+                .collect(),
         })
     }
 

@@ -174,13 +174,6 @@ pub fn issue(
             "at most {MAX_SANS} extra names per certificate"
         )));
     }
-    let ca_cert = ca_path(dir);
-    let ca_key = dir.join("ca-key.pem");
-    if !ca_cert.exists() || !ca_key.exists() {
-        return Err(CertsError::NoCa {
-            dir: dir.to_path_buf(),
-        });
-    }
     let (cert_path, key_path) = paths(dir, identity);
     if !force {
         for p in [&cert_path, &key_path] {
@@ -189,12 +182,7 @@ pub fn issue(
             }
         }
     }
-    let ca_key_pem = std::fs::read_to_string(&ca_key).map_err(io(&ca_key))?;
-    let ca_cert_pem = std::fs::read_to_string(&ca_cert).map_err(io(&ca_cert))?;
-    let ca_signing = KeyPair::from_pem(&ca_key_pem).map_err(|_| {
-        CertsError::Invalid(format!("{} is not a usable private key", ca_key.display()))
-    })?;
-    let issuer = Issuer::from_ca_cert_pem(&ca_cert_pem, ca_signing).map_err(generate)?;
+    let issuer = ca_issuer(dir)?;
 
     let key = KeyPair::generate().map_err(generate)?;
     let mut params = CertificateParams::new(Vec::<String>::new()).map_err(generate)?;
@@ -238,6 +226,134 @@ pub fn issue(
     Ok((cert_path, key_path))
 }
 
+/// The CA in `dir`, ready to sign.
+fn ca_issuer(dir: &Path) -> Result<Issuer<'static, KeyPair>, CertsError> {
+    let ca_cert = ca_path(dir);
+    let ca_key = dir.join("ca-key.pem");
+    if !ca_cert.exists() || !ca_key.exists() {
+        return Err(CertsError::NoCa {
+            dir: dir.to_path_buf(),
+        });
+    }
+    let ca_key_pem = std::fs::read_to_string(&ca_key).map_err(io(&ca_key))?;
+    let ca_cert_pem = std::fs::read_to_string(&ca_cert).map_err(io(&ca_cert))?;
+    let ca_signing = KeyPair::from_pem(&ca_key_pem).map_err(|_| {
+        CertsError::Invalid(format!("{} is not a usable private key", ca_key.display()))
+    })?;
+    Issuer::from_ca_cert_pem(&ca_cert_pem, ca_signing).map_err(generate)
+}
+
+/// Writes to `out` a CRL signed by the CA in `dir` that lists the certificates with the
+/// given serial numbers (hex), valid for `days`: for `[tls] crl_file`, and for etcd's
+/// `--client-crl-file`.
+pub fn write_crl(
+    dir: &Path,
+    serials: &[String],
+    days: u32,
+    out: &Path,
+) -> Result<PathBuf, CertsError> {
+    if days == 0 || days > MAX_DAYS {
+        return Err(CertsError::Invalid(format!(
+            "validity must be 1 to {MAX_DAYS} days, not {days}"
+        )));
+    }
+    let issuer = ca_issuer(dir)?;
+    let now = time::OffsetDateTime::now_utc();
+    let mut revoked = Vec::new();
+    for serial in serials {
+        let hex = crate::core::revocation::serial(serial)
+            .map_err(|e| CertsError::Invalid(e.to_string()))?;
+        let padded = if hex.len() % 2 == 1 {
+            format!("0{hex}")
+        } else {
+            hex
+        };
+        let bytes: Vec<u8> = (0..padded.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&padded[i..i + 2], 16).expect("checked hex"))
+            .collect();
+        revoked.push(rcgen::RevokedCertParams {
+            serial_number: SerialNumber::from_slice(&bytes),
+            revocation_time: now,
+            reason_code: Some(rcgen::RevocationReason::KeyCompromise),
+            invalidity_date: None,
+        });
+    }
+    let params = rcgen::CertificateRevocationListParams {
+        this_update: now - time::Duration::hours(1),
+        next_update: now + time::Duration::days(i64::from(days)),
+        crl_number: SerialNumber::from(u64::try_from(now.unix_timestamp()).unwrap_or(1)),
+        issuing_distribution_point: None,
+        revoked_certs: revoked,
+        key_identifier_method: rcgen::KeyIdMethod::Sha256,
+    };
+    let crl = params.signed_by(&issuer).map_err(generate)?;
+    write_atomically(out, &crl.pem().map_err(generate)?, 0o644)?;
+    Ok(out.to_path_buf())
+}
+
+/// Most files `check_dir` reads.
+pub const MAX_CHECKED_FILES: usize = 1_024;
+
+/// What `check_dir` found in one file: its certificates' validity, or why it could not be read.
+#[derive(Debug)]
+pub struct Checked {
+    /// The file.
+    pub path: PathBuf,
+    /// Its certificates (leaf first), or why not.
+    pub certs: Result<Vec<super::material::Validity>, String>,
+}
+
+/// The certificates in the `*.pem` and `*.crt` files of `dir` (`ringctl certs check`), by file
+/// name; files without a certificate (keys) are left out.
+pub fn check_dir(dir: &Path) -> Result<Vec<Checked>, CertsError> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(io(dir))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "pem" || x == "crt"))
+        .collect();
+    files.sort();
+    if files.len() > MAX_CHECKED_FILES {
+        return Err(CertsError::Invalid(format!(
+            "{} holds {} certificate files; at most {MAX_CHECKED_FILES} are checked",
+            dir.display(),
+            files.len()
+        )));
+    }
+    let mut out = Vec::new();
+    for path in files {
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) => {
+                out.push(Checked {
+                    path,
+                    certs: Err(e.to_string()),
+                });
+                continue;
+            }
+        };
+        // Keys hold no certificate: not ours to check. Key bytes are never parsed further.
+        if !bytes
+            .windows(b"-----BEGIN CERTIFICATE-----".len())
+            .any(|w| w == b"-----BEGIN CERTIFICATE-----")
+        {
+            continue;
+        }
+        let certs = super::material::parse_certs("certificate file", &path, &bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|ders| {
+                ders.iter()
+                    .map(|d| {
+                        super::material::Validity::of(d.as_ref())
+                            .ok_or_else(|| "a certificate cannot be parsed as X.509".to_string())
+                    })
+                    .collect()
+            });
+        out.push(Checked { path, certs });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,6 +365,7 @@ mod tests {
             ca_file: ca_path(dir),
             cert_file,
             key_file,
+            crl_file: None,
         }
     }
 

@@ -35,6 +35,11 @@ pub struct TlsFiles {
     pub cert_file: PathBuf,
     /// PEM private key of `cert_file` (PKCS#8, PKCS#1 or SEC1). A secret: mode 0600.
     pub key_file: PathBuf,
+    /// Certificate revocation lists a company PKI publishes (PEM `X509 CRL` blocks, or one
+    /// DER CRL), each signed by a CA of `ca_file`: the certificates they list are refused like
+    /// those the ring revokes. Reloaded with the other files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crl_file: Option<PathBuf>,
 }
 
 impl TlsFiles {
@@ -52,6 +57,7 @@ impl TlsFiles {
             ca_file: join(&self.ca_file),
             cert_file: join(&self.cert_file),
             key_file: join(&self.key_file),
+            crl_file: self.crl_file.as_ref().map(join),
         }
     }
 }
@@ -118,6 +124,35 @@ pub enum TlsError {
     },
 }
 
+/// A certificate's name and the end of its validity (for expiry checks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Validity {
+    /// Its identity (`member:a`) or, for a CA, its subject's distinguished name.
+    pub name: String,
+    /// SHA-256 of its DER, hex.
+    pub sha256: String,
+    /// Its serial number (lower-case hex).
+    pub serial: String,
+    /// End of its validity, seconds since the Unix epoch.
+    pub not_after_unix_s: i64,
+}
+
+impl Validity {
+    /// The validity of the certificate `der` (its name: its identity, else its subject).
+    pub fn of(der: &[u8]) -> Option<Self> {
+        let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+        let name = Identity::from_cert_der(der)
+            .map(|i| i.to_string())
+            .unwrap_or_else(|_| cert.subject().to_string());
+        Some(Self {
+            name,
+            sha256: sha256_hex(der),
+            serial: crate::core::revocation::serial_of_bytes(cert.raw_serial()),
+            not_after_unix_s: cert.validity().not_after.timestamp(),
+        })
+    }
+}
+
 /// Loaded, checked certificate material.
 pub struct Material {
     /// Who this process is.
@@ -134,6 +169,119 @@ pub struct Material {
     pub ca_sha256: String,
     /// End of the leaf certificate's validity, seconds since the Unix epoch.
     pub not_after_unix_s: i64,
+    /// The CA certificates trusted, with the end of their validity.
+    pub cas: Vec<Validity>,
+    /// The certificates the CRL file lists (empty without one).
+    pub crl: Vec<CrlEntry>,
+}
+
+/// A PEM parser's error in words (its own names byte strings as lists of numbers).
+fn pem_error(e: &rustls_pki_types::pem::Error) -> String {
+    use rustls_pki_types::pem::Error as E;
+    match e {
+        E::MissingSectionEnd { end_marker } => format!(
+            "the file ends before the line -----END {}----- (cut short?)",
+            String::from_utf8_lossy(end_marker)
+        ),
+        E::IllegalSectionStart { line } => format!(
+            "a malformed -----BEGIN line: {:?}",
+            String::from_utf8_lossy(line)
+        ),
+        other => other.to_string(),
+    }
+}
+
+/// Most CRLs in a CRL file.
+pub const MAX_CRLS_PER_FILE: usize = 16;
+/// Most revoked certificates all CRLs of a file list together.
+pub const MAX_CRL_ENTRIES: usize = 100_000;
+
+/// A certificate a CRL lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrlEntry {
+    /// The CRL's (and so the certificate's) issuer.
+    pub issuer: String,
+    /// Its serial ([`crate::core::revocation::serial`]'s form).
+    pub serial: String,
+    /// When the CRL says it was revoked, Unix seconds.
+    pub revoked_unix_s: i64,
+    /// The CRL's reason code, when it gives one.
+    pub reason: Option<String>,
+}
+
+/// The certificates the CRLs in `path` list, after checking that a CA certificate of
+/// `ca_certs` signed each CRL. Any problem refuses the whole file.
+pub fn load_crls(
+    path: &Path,
+    ca_certs: &[CertificateDer<'static>],
+) -> Result<Vec<CrlEntry>, TlsError> {
+    use rustls_pki_types::CertificateRevocationListDer;
+    let bad = |why: String| TlsError::Pem {
+        what: "CRL file",
+        path: path.to_path_buf(),
+        why,
+    };
+    let bytes = read("CRL file", path)?;
+    // DER starts with a SEQUENCE tag (0x30); anything else is read as PEM.
+    let ders: Vec<Vec<u8>> = if bytes.first() != Some(&0x30) {
+        let mut ders = Vec::new();
+        for item in CertificateRevocationListDer::pem_slice_iter(&bytes) {
+            let crl = item.map_err(|e| bad(format!("bad PEM: {}", pem_error(&e))))?;
+            if ders.len() == MAX_CRLS_PER_FILE {
+                return Err(bad(format!("more than {MAX_CRLS_PER_FILE} CRLs")));
+            }
+            ders.push(crl.as_ref().to_vec());
+        }
+        if ders.is_empty() {
+            return Err(bad("no PEM X509 CRL block found".into()));
+        }
+        ders
+    } else {
+        vec![bytes]
+    };
+    let cas: Vec<_> = ca_certs
+        .iter()
+        .filter_map(|c| {
+            x509_parser::parse_x509_certificate(c.as_ref())
+                .ok()
+                .map(|(_, c)| c)
+        })
+        .collect();
+    let mut entries = Vec::new();
+    for (i, der) in ders.iter().enumerate() {
+        let which = if ders.len() == 1 {
+            "the CRL".to_string()
+        } else {
+            format!("CRL {}", i + 1)
+        };
+        let (_, crl) = x509_parser::parse_x509_crl(der)
+            .map_err(|e| bad(format!("{which} is not a certificate revocation list: {e}")))?;
+        let issuer = crl.issuer();
+        let Some(ca) = cas.iter().find(|c| c.subject().as_raw() == issuer.as_raw()) else {
+            return Err(bad(format!(
+                "{which} is issued by {issuer}, which is no CA of the CA file"
+            )));
+        };
+        crl.verify_signature(ca.public_key()).map_err(|e| {
+            bad(format!(
+                "{which} claims to be issued by {issuer}, but that CA's key did not sign it ({e})"
+            ))
+        })?;
+        for revoked in crl.iter_revoked_certificates() {
+            if entries.len() == MAX_CRL_ENTRIES {
+                return Err(bad(format!(
+                    "more than {MAX_CRL_ENTRIES} revoked certificates"
+                )));
+            }
+            entries.push(CrlEntry {
+                issuer: issuer.to_string(),
+                serial: crate::core::revocation::serial_of_bytes(revoked.raw_serial()),
+                revoked_unix_s: revoked.revocation_date.timestamp(),
+                reason: revoked.reason_code().map(|(_, code)| code.to_string()),
+            });
+        }
+    }
+    Ok(entries)
 }
 
 /// The crypto provider used everywhere (ring; TLS 1.3 only is configured by the callers).
@@ -182,7 +330,7 @@ pub fn parse_certs(
     };
     let mut certs = Vec::new();
     for item in CertificateDer::pem_slice_iter(bytes) {
-        let cert = item.map_err(|e| pem(format!("bad PEM: {e}")))?;
+        let cert = item.map_err(|e| pem(format!("bad PEM: {}", pem_error(&e))))?;
         if certs.len() == MAX_CERTS_PER_FILE {
             return Err(pem(format!("more than {MAX_CERTS_PER_FILE} certificates")));
         }
@@ -302,6 +450,14 @@ impl Material {
             cert_sha256: sha256_hex(chain[0].as_ref()),
             ca_sha256: sha256_hex(ca_certs[0].as_ref()),
             not_after_unix_s: not_after(chain[0].as_ref()),
+            cas: ca_certs
+                .iter()
+                .filter_map(|c| Validity::of(c.as_ref()))
+                .collect(),
+            crl: match &files.crl_file {
+                Some(path) => load_crls(path, &ca_certs)?,
+                None => Vec::new(),
+            },
             certified_key: Arc::new(certified_key),
             roots,
             client_verifier,

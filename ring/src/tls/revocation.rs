@@ -19,6 +19,7 @@ use std::task::{Context, Poll};
 use futures::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::material::CrlEntry;
 use crate::core::revocation::{Revocation, serial_of_bytes};
 
 /// The issuer and serial number of a certificate (DER), as revocations name them; `None` when
@@ -158,6 +159,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CutIo<T> {
 #[derive(Debug, Default)]
 pub struct Revocations {
     ring: RwLock<Arc<Vec<Revocation>>>,
+    /// From the CRL file: (issuer, serial) -> why.
+    crl: RwLock<Arc<std::collections::BTreeMap<(String, String), String>>>,
     /// (issuer, serial, switch) of every live TLS connection; pruned of ended ones as it grows.
     live: Mutex<Live>,
 }
@@ -173,10 +176,48 @@ impl Revocations {
     /// Why the certificate `serial` of `issuer` is refused, if it is.
     pub fn check(&self, issuer: &str, serial: &str) -> Result<(), String> {
         let ring = self.ring.read().unwrap_or_else(|e| e.into_inner()).clone();
-        match ring.iter().find(|r| r.names(issuer, serial)) {
-            Some(r) => Err(refusal(r)),
+        if let Some(r) = ring.iter().find(|r| r.names(issuer, serial)) {
+            return Err(refusal(r));
+        }
+        let crl = self.crl.read().unwrap_or_else(|e| e.into_inner()).clone();
+        match crl.get(&(issuer.to_string(), serial.to_string())) {
+            Some(why) => Err(why.clone()),
             None => Ok(()),
         }
+    }
+
+    /// The certificates the CRL file `path` lists (a loaded and checked file, as a whole);
+    /// cuts the live connections it now revokes.
+    pub fn set_crl(&self, path: Option<&std::path::Path>, entries: &[CrlEntry]) {
+        let file = path.map(|p| p.display().to_string()).unwrap_or_default();
+        let crl: std::collections::BTreeMap<(String, String), String> = entries
+            .iter()
+            .map(|e| {
+                let why = format!(
+                    "certificate (serial {}, issuer {}) is revoked by the CRL in {file} (since {}{})",
+                    e.serial,
+                    e.issuer,
+                    crate::time::utc(
+                        u64::try_from(e.revoked_unix_s)
+                            .unwrap_or(0)
+                            .saturating_mul(1000)
+                    ),
+                    e.reason
+                        .as_ref()
+                        .map(|r| format!(", reason {r}"))
+                        .unwrap_or_default()
+                );
+                ((e.issuer.clone(), e.serial.clone()), why)
+            })
+            .collect();
+        {
+            let mut current = self.crl.write().unwrap_or_else(|e| e.into_inner());
+            if **current == crl {
+                return;
+            }
+            *current = Arc::new(crl);
+        }
+        self.cut_revoked();
     }
 
     /// [`Revocations::check`] of a certificate in DER.
@@ -298,6 +339,39 @@ mod tests {
             !revocations
                 .track("CN=ca".into(), "1a".into())
                 .poll_cut(&mut cx)
+        );
+    }
+
+    #[test]
+    fn the_ring_and_a_crl_both_revoke_and_a_new_crl_replaces_the_old_as_a_whole() {
+        let revocations = Revocations::default();
+        let crl_entry = |serial: &str| CrlEntry {
+            issuer: "CN=ca".into(),
+            serial: serial.into(),
+            revoked_unix_s: 1_796_083_200,
+            reason: Some("KeyCompromise".into()),
+        };
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        let waker = Waker::from(flag.clone());
+        let mut cx = Context::from_waker(&waker);
+        let live = revocations.track("CN=ca".into(), "3c".into());
+        revocations.set_ring(&[revoked("1a")]);
+        revocations.set_crl(
+            Some(std::path::Path::new("/etc/pki/ring.crl")),
+            &[crl_entry("3c")],
+        );
+        assert!(live.poll_cut(&mut cx), "a CRL entry cuts too");
+        assert!(revocations.check("CN=ca", "1a").is_err());
+        let why = revocations.check("CN=ca", "3c").unwrap_err();
+        assert_eq!(
+            why,
+            "certificate (serial 3c, issuer CN=ca) is revoked by the CRL in /etc/pki/ring.crl (since 2026-12-01 00:00:00 UTC, reason KeyCompromise)"
+        );
+        revocations.set_crl(Some(std::path::Path::new("/etc/pki/ring.crl")), &[]);
+        assert!(revocations.check("CN=ca", "3c").is_ok());
+        assert!(
+            revocations.check("CN=ca", "1a").is_err(),
+            "the ring's list stays"
         );
     }
 

@@ -33,6 +33,8 @@ pub struct TlsStatus {
     /// Why the files on disk could not be loaded at the last attempt (the previous material
     /// stays in use), or empty.
     pub reload_error: String,
+    /// The trusted CA certificates, with the end of their validity.
+    pub cas: Vec<super::material::Validity>,
 }
 
 struct Current {
@@ -53,7 +55,10 @@ pub struct TlsStore {
 
 fn digest(files: &TlsFiles) -> [u8; 32] {
     let mut hasher = sha2::Sha256::new();
-    for path in [&files.ca_file, &files.cert_file, &files.key_file] {
+    for path in [&files.ca_file, &files.cert_file, &files.key_file]
+        .into_iter()
+        .chain(files.crl_file.as_ref())
+    {
         // A missing file hashes as empty: the load that follows reports it.
         let bytes = std::fs::read(path).unwrap_or_default();
         hasher.update((bytes.len() as u64).to_le_bytes());
@@ -68,6 +73,8 @@ impl TlsStore {
     pub fn load(files: TlsFiles, expected: Option<Identity>) -> Result<Arc<Self>, TlsError> {
         let digest = digest(&files);
         let material = Material::load(&files, expected.as_ref())?;
+        let revocations = Arc::new(Revocations::default());
+        revocations.set_crl(files.crl_file.as_deref(), &material.crl);
         Ok(Arc::new(Self {
             files,
             expected,
@@ -78,7 +85,7 @@ impl TlsStore {
             }),
             reload_error: Mutex::new(None),
             generation: watch::channel(0).0,
-            revocations: Arc::default(),
+            revocations,
         }))
     }
 
@@ -115,6 +122,7 @@ impl TlsStore {
             cert_sha256: m.cert_sha256.clone(),
             ca_sha256: m.ca_sha256.clone(),
             not_after_unix_s: m.not_after_unix_s,
+            cas: m.cas.clone(),
             loaded_at_unix_ms: current.loaded_at_unix_ms,
             reload_error: self
                 .reload_error
@@ -138,6 +146,9 @@ impl TlsStore {
             return Ok(false);
         }
         let material = Material::load(&self.files, self.expected.as_ref())?;
+        // Complete and checked: its CRL replaces the previous one as a whole.
+        self.revocations
+            .set_crl(self.files.crl_file.as_deref(), &material.crl);
         {
             let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
             *current = Current {
@@ -178,7 +189,13 @@ impl TlsStore {
                     );
                     *error = None;
                 }
-                Ok(Ok(false)) => {}
+                // The files on disk are those in use (also when a broken set was put back as it
+                // was): nothing to report any more.
+                Ok(Ok(false)) => {
+                    if error.take().is_some() {
+                        tracing::info!("TLS files are back to those in use");
+                    }
+                }
                 Ok(Err(e)) => {
                     let text = e.to_string();
                     if error.as_deref() != Some(text.as_str()) {

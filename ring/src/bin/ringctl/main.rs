@@ -4,7 +4,7 @@ mod output;
 mod snapshot;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -214,6 +214,32 @@ enum CertsCmd {
     },
     /// List the certificates the ring revokes.
     ListRevoked,
+    /// Write a certificate revocation list signed by the CA in DIR (for `[tls] crl_file`, or
+    /// etcd's --client-crl-file). The ring's own revocations (`certs revoke`) need no file.
+    Crl {
+        /// Directory holding ca.pem and ca-key.pem.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Serial numbers (hex) to list (comma-separated or repeated; none: an empty CRL).
+        #[arg(long = "serial", value_delimiter = ',')]
+        serials: Vec<String>,
+        /// Validity (next update) in days.
+        #[arg(long, default_value_t = 30)]
+        days: u32,
+        /// The file to write (PEM).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// List the certificates in DIR (`*.pem`, `*.crt`; keys are skipped) with the end of their
+    /// validity, soonest first. Exits with status 1 when one has expired or expires within
+    /// --warn-days (for cron jobs and CI checks).
+    Check {
+        /// Directory holding the certificates.
+        dir: PathBuf,
+        /// Warn (and exit 1) for certificates with fewer days left.
+        #[arg(long, default_value_t = output::EXPIRY_WARNING_DAYS)]
+        warn_days: u64,
+    },
 }
 
 /// The certificate a revocation is about.
@@ -568,7 +594,13 @@ fn connection(cli: &Cli) -> Result<(Vec<String>, Security), Failure> {
 impl CertsCmd {
     /// Whether it works on local files only (no ring to ask).
     fn is_local(&self) -> bool {
-        matches!(self, CertsCmd::Init { .. } | CertsCmd::Issue { .. })
+        matches!(
+            self,
+            CertsCmd::Init { .. }
+                | CertsCmd::Issue { .. }
+                | CertsCmd::Check { .. }
+                | CertsCmd::Crl { .. }
+        )
     }
 }
 
@@ -580,6 +612,15 @@ fn certs(cmd: CertsCmd, out: Output) -> Result<(), Failure> {
     };
     let mut written = Vec::new();
     match cmd {
+        CertsCmd::Check { dir, warn_days } => return certs_check(&dir, warn_days, out),
+        CertsCmd::Crl {
+            dir,
+            serials,
+            days,
+            out: file,
+        } => {
+            written.push(certs::write_crl(&dir, &serials, days, &file).map_err(fail)?);
+        }
         CertsCmd::Init {
             dir,
             members,
@@ -641,6 +682,28 @@ fn certs(cmd: CertsCmd, out: Output) -> Result<(), Failure> {
             .join("\n")
     });
     Ok(())
+}
+
+/// `ringctl certs check`.
+fn certs_check(dir: &Path, warn_days: u64, out: Output) -> Result<(), Failure> {
+    let checked = garden_ring::tls::certs::check_dir(dir).map_err(|e| Failure(e.to_string()))?;
+    let now_s = garden_ring::time::unix_ms() / 1000;
+    let rows = output::checked_certificates(&checked, now_s, warn_days);
+    print(out, &rows, |rows| output::certificate_table(rows));
+    let due: Vec<String> = rows
+        .iter()
+        .filter(|r| r.status != "ok")
+        .map(|r| format!("{} ({})", r.file, r.name))
+        .collect();
+    if due.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure(format!(
+            "{} certificate(s) expired, expire within {warn_days} days or cannot be read: {}",
+            due.len(),
+            due.join(", ")
+        )))
+    }
 }
 
 fn actor() -> String {

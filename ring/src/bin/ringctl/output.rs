@@ -366,6 +366,25 @@ pub fn status(s: &pb::StatusResponse) -> String {
                     t.reload_error
                 ));
             }
+            let now_s = garden_ring::time::unix_ms() / 1000;
+            let mut expiring = vec![(
+                format!("this member's certificate ({})", t.identity),
+                t.not_after_unix_s,
+                RENEW_CERT,
+            )];
+            expiring.extend(t.cas.iter().map(|c| {
+                (
+                    format!("CA certificate {}", c.subject),
+                    c.not_after_unix_s,
+                    RENEW_CA,
+                )
+            }));
+            for (what, not_after_s, advice) in expiring {
+                if let Some(warning) = expiry_warning(&what, not_after_s, now_s, advice) {
+                    line.push('\n');
+                    line.push_str(&warning);
+                }
+            }
             line
         }
     };
@@ -519,6 +538,132 @@ pub fn history(events: &[pb::Event]) -> String {
     t.render()
 }
 
+/// Below this many days of validity left, `status` and `certs check` warn.
+pub const EXPIRY_WARNING_DAYS: u64 = 30;
+
+/// What to do about an expiring member or operator certificate.
+pub const RENEW_CERT: &str =
+    "issue a new one (ringctl certs issue --force; members load it without a restart)";
+/// What to do about an expiring CA certificate.
+pub const RENEW_CA: &str = "make a new CA and add it to every member's and client's CA bundle, \
+     then issue new certificates with it, before the old one expires";
+
+/// "WARNING: ... expires in N days (at ...): `advice`" when `not_after_s` is less than
+/// [`EXPIRY_WARNING_DAYS`] after `now_s` (Unix seconds), "... EXPIRED ..." once past.
+pub fn expiry_warning(what: &str, not_after_s: i64, now_s: u64, advice: &str) -> Option<String> {
+    let now = i64::try_from(now_s).unwrap_or(i64::MAX);
+    let left_s = not_after_s.saturating_sub(now);
+    let at = utc(u64::try_from(not_after_s).unwrap_or(0).saturating_mul(1000));
+    let at = at.get(..16).unwrap_or(&at);
+    if left_s <= 0 {
+        return Some(format!(
+            "WARNING: {what} EXPIRED at {at} UTC: nothing accepts it; {advice}"
+        ));
+    }
+    let days = left_s / 86_400;
+    (u64::try_from(days).unwrap_or(u64::MAX) < EXPIRY_WARNING_DAYS)
+        .then(|| format!("WARNING: {what} expires in {days} day(s), at {at} UTC: {advice}"))
+}
+
+/// One certificate `certs check` found.
+#[derive(Debug, serde::Serialize)]
+pub struct CheckedRow {
+    /// The file.
+    pub file: String,
+    /// Identity or subject (or why the file cannot be read).
+    pub name: String,
+    /// Serial number (hex).
+    pub serial: String,
+    /// End of validity (Unix seconds; 0 when unreadable).
+    pub not_after_unix_s: i64,
+    /// Days left (negative once expired).
+    pub days_left: i64,
+    /// `ok`, `expires soon`, `expired` or `unreadable`.
+    pub status: &'static str,
+}
+
+/// The rows of `certs check`, soonest expiry first.
+pub fn checked_certificates(
+    checked: &[garden_ring::tls::certs::Checked],
+    now_s: u64,
+    warn_days: u64,
+) -> Vec<CheckedRow> {
+    let now = i64::try_from(now_s).unwrap_or(i64::MAX);
+    let warn = i64::try_from(warn_days).unwrap_or(i64::MAX);
+    let mut rows = Vec::new();
+    for c in checked {
+        let file = c
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match &c.certs {
+            Err(why) => rows.push(CheckedRow {
+                file,
+                name: why.clone(),
+                serial: String::new(),
+                not_after_unix_s: 0,
+                days_left: 0,
+                status: "unreadable",
+            }),
+            Ok(certs) => {
+                for v in certs {
+                    let left_s = v.not_after_unix_s.saturating_sub(now);
+                    let days_left = left_s.div_euclid(86_400);
+                    rows.push(CheckedRow {
+                        file: file.clone(),
+                        name: v.name.clone(),
+                        serial: v.serial.clone(),
+                        not_after_unix_s: v.not_after_unix_s,
+                        days_left,
+                        status: if left_s <= 0 {
+                            "expired"
+                        } else if days_left < warn {
+                            "expires soon"
+                        } else {
+                            "ok"
+                        },
+                    });
+                }
+            }
+        }
+    }
+    rows.sort_by_key(|r| (r.status == "ok", r.not_after_unix_s));
+    rows
+}
+
+/// `certs check` as a table.
+pub fn certificate_table(rows: &[CheckedRow]) -> String {
+    if rows.is_empty() {
+        return "no certificate files".into();
+    }
+    let mut t = Table::new(vec![
+        "FILE",
+        "NAME",
+        "SERIAL",
+        "NOT AFTER (UTC)",
+        "DAYS LEFT",
+        "STATUS",
+    ]);
+    for r in rows {
+        t.row(vec![
+            r.file.clone(),
+            r.name.clone(),
+            or_dash(&r.serial),
+            if r.not_after_unix_s == 0 {
+                "-".into()
+            } else {
+                utc(u64::try_from(r.not_after_unix_s)
+                    .unwrap_or(0)
+                    .saturating_mul(1000))
+            },
+            r.days_left.to_string(),
+            r.status.to_string(),
+        ]);
+    }
+    t.render()
+}
+
 /// One revoked certificate in a line.
 pub fn revoked_line(r: &pb::RevokedCertificate) -> String {
     format!(
@@ -586,6 +731,26 @@ pub fn utc(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expiry_warnings_start_thirty_days_before() {
+        let now = 1_796_083_200; // 2026-12-01 00:00 UTC
+        let day = 86_400;
+        assert_eq!(
+            expiry_warning("x", now + 31 * day, now as u64, RENEW_CERT),
+            None
+        );
+        let soon = expiry_warning(
+            "this member's certificate (member:a)",
+            now + 13 * day + 5,
+            now as u64,
+            RENEW_CERT,
+        )
+        .unwrap();
+        assert!(soon.starts_with("WARNING: this member's certificate (member:a) expires in 13 day(s), at 2026-12-14 00:00 UTC"), "{soon}");
+        let gone = expiry_warning("CA certificate CN=x", now - 1, now as u64, RENEW_CA).unwrap();
+        assert!(gone.contains("EXPIRED at 2026-11-30 23:59 UTC"), "{gone}");
+    }
 
     #[test]
     fn utc_formatting() {
