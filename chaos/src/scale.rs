@@ -296,6 +296,7 @@ pub async fn run(opts: &ScaleOptions) -> anyhow::Result<ScaleReport> {
         verify_every_server: false,
         driver: Default::default(),
         backup: Default::default(),
+        metrics: false,
     };
     let mut ring = LocalRing::start(&dir, &opts.bin_dir, &certs, &spec)?;
     let founders = ring.members[0].config.initial_members.clone();

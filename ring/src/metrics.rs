@@ -224,6 +224,8 @@ pub struct Sources {
     pub disk: DiskHealth,
     /// The certificates in use (`None` without TLS).
     pub tls: Option<Arc<crate::tls::TlsStore>>,
+    /// When this member last heard from its leader, and the gaps between.
+    pub contact: crate::raft::contact::LeaderContact,
 }
 
 impl Sources {
@@ -425,6 +427,7 @@ impl Sources {
         if let Some(tls) = &self.tls {
             render_certificates(&mut out, &tls.status(), now_ms);
         }
+        render_gaps(&mut out, &self.contact.gaps());
         let gc = self.backups.gc_totals();
         let _ = writeln!(
             out,
@@ -463,6 +466,37 @@ fn host_gauge(
             u8::from(on(cp))
         );
     }
+}
+
+/// The gaps between a leader's messages this member accepted, as a histogram, and the longest.
+fn render_gaps(out: &mut String, gaps: &crate::raft::contact::Gaps) {
+    use crate::raft::contact::GAP_BOUNDS_MS;
+    let name = "garden_ring_leader_contact_gap_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Time between two messages of the same leader this member accepted in a row (heartbeats are due every heartbeat_ms); an election is not a gap.\n# TYPE {name} histogram"
+    );
+    let mut cumulative = 0;
+    for (bound, count) in GAP_BOUNDS_MS.iter().zip(gaps.counts) {
+        cumulative += count;
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{le=\"{}\"}} {cumulative}",
+            *bound as f64 / 1000.0
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{name}_bucket{{le=\"+Inf\"}} {}\n{name}_sum {}\n{name}_count {}",
+        gaps.count(),
+        gaps.sum_ms as f64 / 1000.0,
+        gaps.count()
+    );
+    let _ = writeln!(
+        out,
+        "# HELP garden_ring_leader_contact_gap_max_seconds The longest such gap since this member started.\n# TYPE garden_ring_leader_contact_gap_max_seconds gauge\ngarden_ring_leader_contact_gap_max_seconds {}",
+        gaps.max_ms as f64 / 1000.0
+    );
 }
 
 /// Seconds left of the member's own certificate and of each CA certificate it trusts

@@ -430,6 +430,7 @@ impl Member {
                     backups: backup_statuses,
                     disk,
                     tls: security.store().cloned(),
+                    contact: contact.clone(),
                 },
                 tasks.stopped.clone(),
             ));

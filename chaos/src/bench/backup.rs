@@ -1100,6 +1100,7 @@ pub async fn run_moves(
         verify_every_server: false,
         driver,
         backup: settings.clone(),
+        metrics: false,
     };
     let mut ring = LocalRing::start(&opts.dir.join("ring"), bin_dir, certs, &spec)?;
     ring.wait_healthy(Duration::from_secs(60)).await?;

@@ -345,6 +345,7 @@ pub async fn run(opts: &CommitOptions) -> anyhow::Result<CommitReport> {
         verify_every_server: false,
         driver: Default::default(),
         backup: Default::default(),
+        metrics: false,
     };
     let mut ring = LocalRing::start(&ring_dir, &opts.bin_dir, &opts.certs, &spec)?;
     ring.wait_healthy(Duration::from_secs(60)).await?;

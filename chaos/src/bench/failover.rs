@@ -226,6 +226,7 @@ async fn trial(
         verify_every_server: true,
         driver: Default::default(),
         backup: Default::default(),
+        metrics: false,
     };
     let mut ring = LocalRing::start(dir, &opts.bin_dir, &opts.certs, &spec)?;
     ring.wait_healthy(Duration::from_secs(60)).await?;

@@ -52,6 +52,21 @@ pub struct RingSpec {
     pub driver: garden_ring::config::DriverSettings,
     /// How the members reach their backup locations.
     pub backup: garden_ring::config::BackupSettings,
+    /// Whether every member serves `/metrics` on a port of its own.
+    pub metrics: bool,
+}
+
+impl Default for RingSpec {
+    fn default() -> Self {
+        Self {
+            timing: Timing::loopback(),
+            dns: false,
+            verify_every_server: false,
+            driver: Default::default(),
+            backup: Default::default(),
+            metrics: false,
+        }
+    }
 }
 
 /// One member of a [`LocalRing`].
@@ -129,7 +144,7 @@ impl LocalRing {
         certs: &Path,
         spec: &RingSpec,
     ) -> anyhow::Result<Self> {
-        let ports = free_ports(9)?;
+        let ports = free_ports(12)?;
         let founders = founders(&ports);
         let dns_of = |i: usize| SocketAddr::from(([127, 0, 0, 1], ports[6 + i]));
         let files = garden_ring::demo::tls_files(certs, &Identity::new(Role::Admin, "operator")?);
@@ -172,7 +187,11 @@ impl LocalRing {
                     },
                     ..DnsSettings::default()
                 },
-                metrics: Default::default(),
+                metrics: garden_ring::config::MetricsSettings {
+                    listen: spec
+                        .metrics
+                        .then(|| SocketAddr::from(([127, 0, 0, 1], ports[9 + i]))),
+                },
                 placement: PlacementSettings {
                     min_move_interval_ms: 1_000,
                     capacity: 0,

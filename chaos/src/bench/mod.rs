@@ -11,6 +11,9 @@
 //!   deltas' cost on the hosted etcd, full snapshot upload and migration copy against raw
 //!   `object_store`, restore of a full snapshot + 100 deltas against `etcdbrctl restore`, and
 //!   a switchover and a failover of a control plane that big, in their parts;
+//! - `flood` ([`flood`]): 256 Admin clients writing and reading as fast as they can for 60 s:
+//!   no leader change, no member judged suspect, the followers' worst gap between heartbeats
+//!   against `heartbeat_ms`, every member's lease kept renewed;
 //! - `scale` ([`crate::scale`]): 10,000 control planes, the member hosting 1,000 of them
 //!   killed: time until they all run elsewhere and DNS answers their new hosts, and every
 //!   `ringd`'s RSS at rest and during the storm, against the goals (10 s, 100 MiB).
@@ -22,6 +25,7 @@ mod backup;
 mod commit;
 mod copy;
 mod failover;
+mod flood;
 pub(crate) mod local;
 mod stats;
 
@@ -48,15 +52,18 @@ pub enum Part {
     Scale,
     /// The backup data path at a real size: deltas' cost, upload, copy, restore, moves.
     Backup,
+    /// Admin clients flooding the ring: its own traffic must go on.
+    Flood,
 }
 
 impl Part {
-    const ALL: [Part; 5] = [
+    const ALL: [Part; 6] = [
         Part::Commit,
         Part::Failover,
         Part::Copy,
         Part::Scale,
         Part::Backup,
+        Part::Flood,
     ];
 
     fn name(self) -> &'static str {
@@ -66,6 +73,7 @@ impl Part {
             Part::Copy => "copy",
             Part::Scale => "scale",
             Part::Backup => "backup",
+            Part::Flood => "flood",
         }
     }
 }
@@ -115,6 +123,12 @@ pub struct BenchArgs {
     /// lease 4 s, fence 2 s, member lost after 8 s).
     #[arg(long, default_value = "loopback", value_parser = crate::world::TIMING_PROFILES)]
     timings: String,
+    /// Concurrent clients in `flood` [default: 256].
+    #[arg(long, default_value_t = 256)]
+    flood_clients: usize,
+    /// Seconds of `flood` [default: 60; --quick: 10].
+    #[arg(long)]
+    flood_seconds: Option<f64>,
     /// Record the leader ringd with `perf record --call-graph dwarf` during each commit
     /// concurrency, into OUT/perf-ring-leader-<clients>.data (MBs each; `perf report -i`).
     #[arg(long)]
@@ -146,8 +160,12 @@ pub struct Settings {
     pub scale_kill_leader: bool,
     /// MiB the etcd of `backup` holds.
     pub backup_mib: usize,
-    /// `loopback` or `production`: the timings of `failover`.
+    /// `loopback` or `production`: the timings of `failover` and `flood`.
     pub timings: String,
+    /// Clients in `flood`.
+    pub flood_clients: usize,
+    /// Seconds of `flood`.
+    pub flood_seconds: f64,
 }
 
 impl Settings {
@@ -197,6 +215,15 @@ impl Settings {
                 scale_control_planes / 2
             );
         }
+        if !(1..=MAX_CLIENTS).contains(&args.flood_clients) {
+            bail!("--flood-clients must be 1 to {MAX_CLIENTS}");
+        }
+        let flood_seconds = args
+            .flood_seconds
+            .unwrap_or(if args.quick { 10.0 } else { 60.0 });
+        if !(1.0..=3_600.0).contains(&flood_seconds) {
+            bail!("--flood-seconds must be 1 to 3600");
+        }
         let backup_mib = args
             .backup_mib
             .unwrap_or(if args.quick { 64 } else { 1024 });
@@ -216,6 +243,8 @@ impl Settings {
             scale_on_victim,
             scale_kill_leader: args.scale_kill_leader,
             timings: args.timings.clone(),
+            flood_clients: args.flood_clients,
+            flood_seconds,
         })
     }
 }
@@ -375,6 +404,75 @@ pub struct BenchReport {
 
 fn ms(us: u64) -> f64 {
     us as f64 / 1000.0
+}
+
+/// The rows of the flood report: the worst heartbeat gap against `heartbeat_ms`, the least
+/// lease left against the lease, and for context throughput, leader changes and health events.
+fn flood_rows(r: &flood::FloodReport) -> Vec<Row> {
+    let c = r.clients;
+    let mut rows = vec![
+        Row::new(
+            Part::Flood,
+            format!("worst gap between heartbeats (bucket bound), {c} clients"),
+            "ms",
+            r.worst_gap_bucket_ms().map(|ms| ms as f64),
+            "heartbeat_ms",
+            Some(r.heartbeat_ms as f64),
+            Goal::Info,
+        ),
+        Row::new(
+            Part::Flood,
+            format!("worst gap between heartbeats vs election timeout, {c} clients"),
+            "ms",
+            r.worst_gap_bucket_ms().map(|ms| ms as f64),
+            "election_timeout_min_ms",
+            Some(r.election_timeout_min_ms as f64),
+            Goal::AtMost { ratio: 1.0 },
+        ),
+        Row::new(
+            Part::Flood,
+            format!("gaps over heartbeat_ms, {c} clients"),
+            "gaps",
+            Some(r.members.iter().map(|m| m.gaps_over_heartbeat).sum::<u64>() as f64),
+            "gaps in all",
+            Some(r.members.iter().map(|m| m.gaps).sum::<u64>() as f64),
+            Goal::Info,
+        ),
+        Row::new(
+            Part::Flood,
+            format!("least own lease left, {c} clients"),
+            "ms",
+            r.members
+                .iter()
+                .filter_map(|m| m.min_lease_remaining_s)
+                .reduce(f64::min)
+                .map(|s| s * 1000.0),
+            "lease_ms",
+            Some(r.lease_ms as f64),
+            Goal::AtLeast { ratio: 0.5 },
+        ),
+        Row::new(
+            Part::Flood,
+            format!("leader changes + health events, {c} clients"),
+            "events",
+            Some((r.term_changes() + r.health_events.len() as u64) as f64),
+            "-",
+            None,
+            Goal::Info,
+        ),
+    ];
+    for (what, value) in [("writes", r.writes_per_s), ("reads", r.reads_per_s)] {
+        rows.push(Row::new(
+            Part::Flood,
+            format!("{what} acknowledged, {c} clients"),
+            &format!("{what}/s"),
+            Some(value),
+            "-",
+            None,
+            Goal::Info,
+        ));
+    }
+    rows
 }
 
 /// The rows of the commit report.
@@ -990,6 +1088,21 @@ async fn run_part(
             )
             .await?;
             Ok((serde_json::to_value(&report)?, backup_rows(&report)))
+        }
+        Part::Flood => {
+            let report = flood::run(&flood::FloodOptions {
+                clients: cx.settings.flood_clients,
+                seconds: cx.settings.flood_seconds,
+                timing: crate::world::timing_profile(&cx.settings.timings),
+                bin_dir: cx.bin_dir()?,
+                dir: cx.dir.to_path_buf(),
+                certs: local::certificates(cx.certs)?,
+            })
+            .await?;
+            for problem in report.problems() {
+                eprintln!("flood: {problem}");
+            }
+            Ok((serde_json::to_value(&report)?, flood_rows(&report)))
         }
         Part::Scale => {
             let report = crate::scale::run(&crate::scale::ScaleOptions {

@@ -27,6 +27,38 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Upper bounds (ms) of the buckets of the gaps between a leader's accepted messages.
+pub const GAP_BOUNDS_MS: [u64; 12] = [5, 10, 25, 50, 75, 100, 150, 250, 500, 1_000, 2_000, 5_000];
+
+/// The gaps between two messages of one leader this member accepted in a row: how long it went
+/// without hearing from its leader (heartbeats are due every `heartbeat_ms`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Gaps {
+    /// Gaps at most [`GAP_BOUNDS_MS`]`[i]` (not cumulative; the last counts the longer ones).
+    pub counts: [u64; GAP_BOUNDS_MS.len() + 1],
+    /// Their sum, ms.
+    pub sum_ms: u64,
+    /// The longest, ms.
+    pub max_ms: u64,
+}
+
+impl Gaps {
+    fn observe(&mut self, ms: u64) {
+        let bucket = GAP_BOUNDS_MS
+            .iter()
+            .position(|b| ms <= *b)
+            .unwrap_or(GAP_BOUNDS_MS.len());
+        self.counts[bucket] += 1;
+        self.sum_ms = self.sum_ms.saturating_add(ms);
+        self.max_ms = self.max_ms.max(ms);
+    }
+
+    /// How many gaps were observed.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+}
+
 /// How many terms' last accepted contact are kept: enough for the current term and the ones a
 /// new leader asks about (terms only grow; the oldest is dropped first).
 const MAX_TERMS_KEPT: usize = 8;
@@ -41,6 +73,9 @@ struct Inner {
     oldest_dropped: Option<u64>,
     /// Term -> messages of that term's leader handed to Raft and not answered yet.
     in_flight: BTreeMap<u64, usize>,
+    /// The term and time of the last accepted message, and the gaps between them.
+    last_accepted: Option<(u64, Instant)>,
+    gaps: Gaps,
 }
 
 /// When a leader last reached this member. Cheap to clone: clones share the record.
@@ -55,6 +90,8 @@ impl Default for LeaderContact {
             accepted: BTreeMap::new(),
             oldest_dropped: None,
             in_flight: BTreeMap::new(),
+            last_accepted: None,
+            gaps: Gaps::default(),
         })))
     }
 }
@@ -100,6 +137,14 @@ impl LeaderContact {
             let mut inner = self.lock();
             inner.last = Some(now);
             if accepted {
+                if let Some((term, at)) = inner.last_accepted
+                    && term == flight.term
+                {
+                    let gap_ms = u64::try_from(now.saturating_duration_since(at).as_millis())
+                        .unwrap_or(u64::MAX);
+                    inner.gaps.observe(gap_ms);
+                }
+                inner.last_accepted = Some((flight.term, now));
                 inner.accepted.insert(flight.term, now);
                 while inner.accepted.len() > MAX_TERMS_KEPT {
                     if let Some((term, _)) = inner.accepted.pop_first() {
@@ -111,6 +156,12 @@ impl LeaderContact {
         }
         // Recorded before the guard goes: no moment at which the message counts for neither.
         drop(flight);
+    }
+
+    /// The gaps between the accepted messages of one leader, since start (a new term's first
+    /// message starts afresh: an election is not a gap).
+    pub fn gaps(&self) -> Gaps {
+        self.lock().gaps.clone()
     }
 
     /// Time since a leader last reached this member; `None` if none did since start.
@@ -157,6 +208,31 @@ mod tests {
         assert_eq!(contact.earlier_than(5), at_3);
         // Term 3 itself is not earlier than 3.
         assert_eq!(contact.earlier_than(3), started);
+    }
+
+    #[test]
+    fn gaps_are_counted_within_a_term_only() {
+        let contact = LeaderContact::default();
+        for term in [1, 1, 1, 2, 2] {
+            let flight = contact.begin(term);
+            contact.answered(flight, true);
+        }
+        // A refused message is no gap.
+        let flight = contact.begin(1);
+        contact.answered(flight, false);
+        let gaps = contact.gaps();
+        assert_eq!(gaps.count(), 3, "{gaps:?}");
+        assert_eq!(
+            gaps.counts[0], 3,
+            "instant answers fall in the first bucket"
+        );
+        let mut g = Gaps::default();
+        g.observe(60);
+        g.observe(6_000);
+        assert_eq!(
+            (g.counts[4], g.counts[GAP_BOUNDS_MS.len()], g.max_ms),
+            (1, 1, 6_000)
+        );
     }
 
     #[test]
