@@ -455,6 +455,7 @@ pub async fn build(
                 ..DnsSettings::default()
             },
             metrics: Default::default(),
+            admin: Default::default(),
             placement: PlacementSettings {
                 min_move_interval_ms: 1_000,
                 capacity: 0,

@@ -179,6 +179,54 @@ pub enum DriverKind {
     Etcd,
 }
 
+/// Limits on each client identity of the Admin API (`[admin]`), so that one client (a runaway
+/// script, a stuck controller) cannot take the member from the rest. Counted per member;
+/// writes a follower forwards count on the follower.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminSettings {
+    /// Most Admin requests of one identity (`admin:alice`) a member works on at once; more are
+    /// refused at once with `RESOURCE_EXHAUSTED`.
+    pub max_in_flight_per_identity: u32,
+    /// Most Admin writes per second of one identity on a member (a burst of as many is let
+    /// through); 0: no limit.
+    pub max_writes_per_second_per_identity: u32,
+}
+
+/// Default of [`AdminSettings::max_in_flight_per_identity`]: more than any operator tool needs;
+/// 256 clients flooding a ring at once stayed under it on every member (`ring-chaos bench --only
+/// flood`).
+pub const DEFAULT_MAX_IN_FLIGHT_PER_IDENTITY: u32 = 256;
+/// Most [`AdminSettings::max_in_flight_per_identity`] accepted.
+pub const MAX_IN_FLIGHT_PER_IDENTITY: u32 = 65_536;
+
+impl Default for AdminSettings {
+    fn default() -> Self {
+        Self {
+            max_in_flight_per_identity: DEFAULT_MAX_IN_FLIGHT_PER_IDENTITY,
+            max_writes_per_second_per_identity: 0,
+        }
+    }
+}
+
+impl AdminSettings {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=MAX_IN_FLIGHT_PER_IDENTITY).contains(&self.max_in_flight_per_identity) {
+            return Err(invalid(
+                "admin.max_in_flight_per_identity",
+                format!("must be 1 to {MAX_IN_FLIGHT_PER_IDENTITY}"),
+            ));
+        }
+        if self.max_writes_per_second_per_identity > 1_000_000 {
+            return Err(invalid(
+                "admin.max_writes_per_second_per_identity",
+                "must be at most 1000000 (0: no limit)",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// The member's HTTP endpoint (`[metrics]`): `/metrics`, `/healthz`, `/readyz`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -790,6 +838,9 @@ pub struct Config {
     /// The HTTP endpoint for metrics and probes.
     #[serde(default, skip_serializing_if = "is_default")]
     pub metrics: MetricsSettings,
+    /// Limits per Admin API client.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub admin: AdminSettings,
     /// Object-store access for etcd backups.
     #[serde(default, skip_serializing_if = "is_default")]
     pub backup: BackupSettings,
@@ -958,6 +1009,7 @@ impl Config {
         self.validate_etcd_driver()?;
         self.dns.validate()?;
         self.backup.validate()?;
+        self.admin.validate()?;
         match (&self.tls, self.insecure) {
             (None, false) => {
                 return Err(invalid(

@@ -388,6 +388,7 @@ impl Demo {
                     ..DnsSettings::default()
                 },
                 metrics: Default::default(),
+                admin: Default::default(),
                 placement: PlacementSettings {
                     min_move_interval_ms: 10_000,
                     capacity: 0,

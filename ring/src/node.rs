@@ -364,7 +364,8 @@ impl Member {
                 policy,
             )
             .with_dns(config.dns.ttl_s, keeper.status())
-            .with_disk(disk.clone()),
+            .with_disk(disk.clone())
+            .with_limits(config.admin.clone()),
         );
         let peer = PeerService::new(
             id,

@@ -487,6 +487,7 @@ pub fn member_config_named(
             },
         },
         metrics: Default::default(),
+        admin: Default::default(),
         placement: PlacementSettings {
             min_move_interval_ms: 1_000,
             capacity: 0,

@@ -1113,3 +1113,86 @@ async fn a_crl_file_refuses_what_it_lists_and_a_bad_one_changes_nothing() {
     .await;
     assert!(status_as(&clients[1]).await.is_err());
 }
+
+#[tokio::test]
+async fn an_identity_over_its_admin_limits_is_refused_with_resource_exhausted() {
+    let mut ring = Ring::prepare(RingOptions::default());
+    for p in &mut ring.procs {
+        p.config.admin = garden_ring::config::AdminSettings {
+            max_in_flight_per_identity: 1,
+            max_writes_per_second_per_identity: 5,
+        };
+        p.spawn();
+    }
+    let leader = ring.wait_leader(&[0, 1, 2], &[], FORM).await;
+    let on_leader = &ring.procs[ring.index_of(leader)];
+    let certs = certs_dir(ring.dir.path());
+    let store = TlsStore::load(ensure_cert(&certs, &admin_identity()), None).unwrap();
+    let channel = garden_ring::tls::client::connect(
+        &on_leader.admin(),
+        &Security::Tls(store),
+        Expect::AnyMember,
+        Duration::from_secs(2),
+        |e| e,
+    )
+    .await
+    .unwrap();
+    let client = pb::admin_client::AdminClient::new(channel);
+
+    // 64 reads at once on one connection: one in flight at a time, the others refused at once.
+    let calls = (0..64).map(|_| {
+        let mut c = client.clone();
+        async move { c.status(pb::StatusRequest::default()).await }
+    });
+    let answers = futures::future::join_all(calls).await;
+    let refused: Vec<_> = answers.iter().filter_map(|a| a.as_ref().err()).collect();
+    assert!(refused.len() < 64, "none answered");
+    assert!(
+        !refused.is_empty(),
+        "all 64 answered: the in-flight limit did nothing"
+    );
+    for status in &refused {
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status}");
+        assert!(
+            status
+                .message()
+                .contains("admin:tester has 1 Admin requests in flight on this member"),
+            "{status}"
+        );
+    }
+
+    // Writes one after the other: 5 per second, then refused until tokens come back.
+    let mut ok = 0;
+    let mut limited = None;
+    for n in 0..20 {
+        let mut c = client.clone();
+        match c
+            .set_paused(pb::SetPausedRequest {
+                paused: n % 2 == 0,
+                reason: "limit test".into(),
+            })
+            .await
+        {
+            Ok(_) => ok += 1,
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status}");
+                limited = Some(status.message().to_string());
+            }
+        }
+    }
+    let limited = limited.expect("20 writes in a row were all let through");
+    assert!(
+        limited.contains("more than 5 writes per second"),
+        "{limited}"
+    );
+    assert!((5..20).contains(&ok), "{ok} of 20 writes let through");
+    println!(
+        "limits: {} of 64 concurrent reads refused; {ok} of 20 back-to-back writes let through: {limited}",
+        refused.len()
+    );
+    // Another identity is not held back by this one's limits.
+    let viewer = ensure_cert(&certs, &identity(Role::Viewer, "other"));
+    status_as(&client_of(&ring, ring.index_of(leader), &viewer))
+        .await
+        .expect("another identity is served");
+}

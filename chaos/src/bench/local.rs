@@ -187,6 +187,7 @@ impl LocalRing {
                     },
                     ..DnsSettings::default()
                 },
+                admin: Default::default(),
                 metrics: garden_ring::config::MetricsSettings {
                     listen: spec
                         .metrics

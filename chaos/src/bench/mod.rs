@@ -413,9 +413,9 @@ fn flood_rows(r: &flood::FloodReport) -> Vec<Row> {
     let mut rows = vec![
         Row::new(
             Part::Flood,
-            format!("worst gap between heartbeats (bucket bound), {c} clients"),
+            format!("worst gap between heartbeats, {c} clients"),
             "ms",
-            r.worst_gap_bucket_ms().map(|ms| ms as f64),
+            r.worst_gap_ms().map(|ms| ms as f64),
             "heartbeat_ms",
             Some(r.heartbeat_ms as f64),
             Goal::Info,
@@ -424,7 +424,7 @@ fn flood_rows(r: &flood::FloodReport) -> Vec<Row> {
             Part::Flood,
             format!("worst gap between heartbeats vs election timeout, {c} clients"),
             "ms",
-            r.worst_gap_bucket_ms().map(|ms| ms as f64),
+            r.worst_gap_ms().map(|ms| ms as f64),
             "election_timeout_min_ms",
             Some(r.election_timeout_min_ms as f64),
             Goal::AtMost { ratio: 1.0 },
@@ -1021,11 +1021,12 @@ impl PartContext<'_> {
     }
 }
 
-/// Runs one part: its full report and its rows.
+/// Runs one part: its full report, its rows, and what it found wrong (a part that ran but
+/// whose subject failed its checks: the run fails, the report is kept).
 async fn run_part(
     part: Part,
     cx: &PartContext<'_>,
-) -> anyhow::Result<(serde_json::Value, Vec<Row>)> {
+) -> anyhow::Result<(serde_json::Value, Vec<Row>, Vec<String>)> {
     match part {
         Part::Commit => {
             let etcd = crate::world::find_tool("etcd")
@@ -1041,7 +1042,11 @@ async fn run_part(
                 perf: cx.perf.clone(),
             })
             .await?;
-            Ok((serde_json::to_value(&report)?, commit_rows(&report)))
+            Ok((
+                serde_json::to_value(&report)?,
+                commit_rows(&report),
+                Vec::new(),
+            ))
         }
         Part::Failover => {
             let report = failover::run(&failover::FailoverOptions {
@@ -1060,7 +1065,11 @@ async fn run_part(
             {
                 bail!("every trial failed; the first: {}", failure[0]);
             }
-            Ok((serde_json::to_value(&report)?, failover_rows(&report)))
+            Ok((
+                serde_json::to_value(&report)?,
+                failover_rows(&report),
+                Vec::new(),
+            ))
         }
         Part::Copy => {
             let report = copy::run(&copy::CopyBenchOptions {
@@ -1068,7 +1077,11 @@ async fn run_part(
                 dir: cx.dir.to_path_buf(),
             })
             .await?;
-            Ok((serde_json::to_value(&report)?, copy_rows(&report)))
+            Ok((
+                serde_json::to_value(&report)?,
+                copy_rows(&report),
+                Vec::new(),
+            ))
         }
         Part::Backup => {
             let etcd = crate::world::find_tool("etcd")
@@ -1087,7 +1100,11 @@ async fn run_part(
                 &local::certificates(cx.certs)?,
             )
             .await?;
-            Ok((serde_json::to_value(&report)?, backup_rows(&report)))
+            Ok((
+                serde_json::to_value(&report)?,
+                backup_rows(&report),
+                Vec::new(),
+            ))
         }
         Part::Flood => {
             let report = flood::run(&flood::FloodOptions {
@@ -1099,10 +1116,14 @@ async fn run_part(
                 certs: local::certificates(cx.certs)?,
             })
             .await?;
-            for problem in report.problems() {
+            for problem in &report.failures {
                 eprintln!("flood: {problem}");
             }
-            Ok((serde_json::to_value(&report)?, flood_rows(&report)))
+            Ok((
+                serde_json::to_value(&report)?,
+                flood_rows(&report),
+                report.failures.clone(),
+            ))
         }
         Part::Scale => {
             let report = crate::scale::run(&crate::scale::ScaleOptions {
@@ -1118,7 +1139,11 @@ async fn run_part(
             for problem in &report.problems {
                 eprintln!("scale: {problem}");
             }
-            Ok((serde_json::to_value(&report)?, scale_rows(&report)))
+            Ok((
+                serde_json::to_value(&report)?,
+                scale_rows(&report),
+                Vec::new(),
+            ))
         }
     }
 }
@@ -1131,7 +1156,7 @@ pub fn main(args: BenchArgs) -> anyhow::Result<bool> {
     let needs_ring = settings.parts.iter().any(|p| {
         matches!(
             p,
-            Part::Commit | Part::Failover | Part::Scale | Part::Backup
+            Part::Commit | Part::Failover | Part::Scale | Part::Backup | Part::Flood
         )
     });
     let bin_dir = if needs_ring {
@@ -1184,13 +1209,17 @@ pub fn main(args: BenchArgs) -> anyhow::Result<bool> {
         let result = runtime.block_on(run_part(part, &context));
         let seconds = began.elapsed().as_secs_f64();
         let outcome = match result {
-            Ok((report, part_rows)) => {
+            Ok((report, part_rows, problems)) => {
                 rows.extend(part_rows);
                 PartOutcome {
                     part,
-                    status: Status::Ok,
+                    status: if problems.is_empty() {
+                        Status::Ok
+                    } else {
+                        Status::Failed
+                    },
                     seconds,
-                    error: None,
+                    error: (!problems.is_empty()).then(|| problems.join("; ")),
                     report: Some(report),
                 }
             }

@@ -12,6 +12,7 @@ pub mod auth;
 pub mod client;
 pub mod convert;
 pub mod freshness;
+pub mod limits;
 pub mod service;
 
 pub use client::{AdminClient, ClientError};

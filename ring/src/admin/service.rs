@@ -72,6 +72,7 @@ pub struct AdminService {
     dns: DnsStatus,
     reads: Reads,
     disk: crate::raft::disk::DiskHealth,
+    limits: Arc<super::limits::IdentityLimits>,
 }
 
 /// The Admin server with its interceptor (admits admin and viewer certificates only).
@@ -111,7 +112,14 @@ impl AdminService {
             dns: DnsStatus::default(),
             reads,
             disk: Default::default(),
+            limits: super::limits::IdentityLimits::new(Default::default()),
         }
+    }
+
+    /// Limits each client identity as `settings` says (`[admin]`).
+    pub fn with_limits(mut self, settings: crate::config::AdminSettings) -> Self {
+        self.limits = super::limits::IdentityLimits::new(settings);
+        self
     }
 
     /// Where the log store says whether its disk has room (see [`crate::raft::disk`]).
@@ -624,6 +632,7 @@ impl Admin for AdminService {
         request: Request<pb::CertRevokeRequest>,
     ) -> Result<Response<pb::CertRevokeResponse>, Status> {
         let caller = caller(&request, Access::Write)?;
+        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
         let m = self.metrics();
         if m.state != ServerState::Leader || m.current_leader != Some(self.me) {
             let (issuer, serial) =
@@ -675,6 +684,7 @@ impl Admin for AdminService {
         request: Request<pb::CertUnrevokeRequest>,
     ) -> Result<Response<pb::CertUnrevokeResponse>, Status> {
         let caller = caller(&request, Access::Write)?;
+        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
         to_leader!(self, request, caller, "CertUnrevoke");
         let req = request.into_inner();
         let (issuer, serial) = self.revocation_target(&req.issuer, &req.serial)?;
@@ -692,7 +702,8 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::CertListRevokedRequest>,
     ) -> Result<Response<pb::CertListRevokedResponse>, Status> {
-        caller(&request, Access::Read)?;
+        let caller = caller(&request, Access::Read)?;
+        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Read)?;
         let req = request.into_inner();
         let freshness = self.reads.linearize(req.stale).await;
         let revoked = self.read(|a| a.state.revoked.iter().map(revoked_certificate).collect());
@@ -707,6 +718,7 @@ impl Admin for AdminService {
         request: Request<pb::SnapshotSaveRequest>,
     ) -> Result<Response<SnapshotStream>, Status> {
         let caller = caller(&request, Access::Backup)?;
+        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Backup)?;
         let m = self.metrics();
         if m.state != ServerState::Leader || m.current_leader != Some(self.me) {
             return Err(self.not_the_leader(&m));
@@ -774,7 +786,8 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
-        caller(&request, Access::Read)?;
+        let caller = caller(&request, Access::Read)?;
+        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Read)?;
         let freshness = self.reads.linearize(request.get_ref().stale).await;
         let m = self.metrics();
         let (members, control_planes, paused, applied_index, dns_zone) = self.read(|a| {
@@ -811,7 +824,8 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::MemberListRequest>,
     ) -> Result<Response<pb::MemberListResponse>, Status> {
-        caller(&request, Access::Read)?;
+        let caller = caller(&request, Access::Read)?;
+        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Read)?;
         let freshness = self.reads.linearize(request.get_ref().stale).await;
         let members = self.read(|a| self.members(a));
         Ok(Response::new(pb::MemberListResponse {
@@ -825,6 +839,7 @@ impl Admin for AdminService {
         request: Request<pb::MemberAddRequest>,
     ) -> Result<Response<pb::MemberAddResponse>, Status> {
         let caller = caller(&request, Access::Write)?;
+        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
         to_leader!(
             self,
             request,
@@ -873,6 +888,7 @@ impl Admin for AdminService {
         request: Request<pb::MemberRefRequest>,
     ) -> Result<Response<pb::MemberResponse>, Status> {
         let caller = caller(&request, Access::Write)?;
+        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
         to_leader!(self, request, caller, "MemberPromote");
         let actor = caller.actor;
         let req = request.into_inner();
@@ -897,6 +913,7 @@ impl Admin for AdminService {
         request: Request<pb::MemberRefRequest>,
     ) -> Result<Response<pb::MemberResponse>, Status> {
         let caller = caller(&request, Access::Write)?;
+        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
         to_leader!(self, request, caller, "MemberRemove");
         let actor = caller.actor;
         let req = request.into_inner();
@@ -926,7 +943,8 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::ControlPlaneListRequest>,
     ) -> Result<Response<pb::ControlPlaneListResponse>, Status> {
-        caller(&request, Access::Read)?;
+        let caller = caller(&request, Access::Read)?;
+        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Read)?;
         let freshness = self.reads.linearize(request.get_ref().stale).await;
         let control_planes = self.read(|a| {
             a.state
@@ -946,7 +964,8 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::ControlPlaneGetRequest>,
     ) -> Result<Response<pb::ControlPlane>, Status> {
-        caller(&request, Access::Read)?;
+        let caller = caller(&request, Access::Read)?;
+        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Read)?;
         let req = request.into_inner();
         let freshness = self.reads.linearize(req.stale).await;
         let name = req.name;
@@ -965,6 +984,7 @@ impl Admin for AdminService {
         request: Request<pb::ControlPlaneAddRequest>,
     ) -> Result<Response<pb::ControlPlaneResponse>, Status> {
         let caller = caller(&request, Access::Write)?;
+        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
         to_leader!(self, request, caller, "ControlPlaneAdd");
         let actor = caller.actor;
         let req = request.into_inner();
@@ -1004,6 +1024,7 @@ impl Admin for AdminService {
         request: Request<pb::ControlPlaneRemoveRequest>,
     ) -> Result<Response<pb::ControlPlaneResponse>, Status> {
         let caller = caller(&request, Access::Write)?;
+        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
         to_leader!(self, request, caller, "ControlPlaneRemove");
         let actor = caller.actor;
         let req = request.into_inner();
@@ -1026,6 +1047,7 @@ impl Admin for AdminService {
         request: Request<pb::ControlPlaneLabelRequest>,
     ) -> Result<Response<pb::ControlPlaneResponse>, Status> {
         let caller = caller(&request, Access::Write)?;
+        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
         to_leader!(self, request, caller, "ControlPlaneLabel");
         let req = request.into_inner();
         let name = req.name;
@@ -1051,6 +1073,7 @@ impl Admin for AdminService {
         request: Request<pb::ControlPlaneRecoverRequest>,
     ) -> Result<Response<pb::ControlPlaneRecoverResponse>, Status> {
         let caller = caller(&request, Access::Write)?;
+        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
         to_leader!(self, request, caller, "ControlPlaneRecover");
         let req = request.into_inner();
         let name = req.name.clone();
@@ -1110,7 +1133,8 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::HistoryRequest>,
     ) -> Result<Response<pb::HistoryResponse>, Status> {
-        caller(&request, Access::Read)?;
+        let caller = caller(&request, Access::Read)?;
+        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Read)?;
         let req = request.into_inner();
         let freshness = self.reads.linearize(req.stale).await;
         let limit = req.limit as usize;
@@ -1126,6 +1150,7 @@ impl Admin for AdminService {
         request: Request<pb::LeaderTransferRequest>,
     ) -> Result<Response<pb::LeaderTransferResponse>, Status> {
         let caller = caller(&request, Access::Write)?;
+        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
         to_leader!(self, request, caller, "LeaderTransfer");
         let req = request.into_inner();
         let m = self.metrics();
@@ -1175,6 +1200,7 @@ impl Admin for AdminService {
         request: Request<pb::SetPausedRequest>,
     ) -> Result<Response<pb::SetPausedResponse>, Status> {
         let caller = caller(&request, Access::Write)?;
+        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
         to_leader!(self, request, caller, "SetPaused");
         let actor = caller.actor;
         let req = request.into_inner();
@@ -1192,6 +1218,7 @@ impl Admin for AdminService {
         request: Request<pb::MemberCordonRequest>,
     ) -> Result<Response<pb::MemberResponse>, Status> {
         let caller = caller(&request, Access::Write)?;
+        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
         to_leader!(self, request, caller, "MemberCordon");
         let req = request.into_inner();
         self.member_command(caller, req.reason, &req.member, |id| Command::Cordon {
@@ -1206,6 +1233,7 @@ impl Admin for AdminService {
         request: Request<pb::DnsListRequest>,
     ) -> Result<Response<pb::DnsListResponse>, Status> {
         let caller = caller(&request, Access::Read)?;
+        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Read)?;
         // Only the leader checks the servers: ask it. Without a leader (or one that does not
         // answer within a read's bound: a member cut off from it must not hold `ringctl status`
         // for the forward's retries), say what this member would publish, and that nobody
@@ -1305,6 +1333,7 @@ impl Admin for AdminService {
         request: Request<pb::MemberLabelRequest>,
     ) -> Result<Response<pb::MemberResponse>, Status> {
         let caller = caller(&request, Access::Write)?;
+        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
         to_leader!(self, request, caller, "MemberLabel");
         let req = request.into_inner();
         self.member_command(caller, req.reason, &req.member, |id| Command::SetLabels {
@@ -1324,6 +1353,7 @@ impl Admin for AdminService {
             Access::Write
         };
         let caller = caller(&request, access)?;
+        let _in_flight = self.limits.admit(&request, &caller.actor, access)?;
         if !request.get_ref().dry_run {
             to_leader!(self, request, caller, "Move");
         }
