@@ -123,12 +123,23 @@ impl FloodReport {
     }
 
     /// The worst gap of the flood over the members, ms: exact where the member's longest
-    /// gap since start came during the flood, else its bucket's upper bound.
+    /// gap since start came during the flood, else an upper bound (the lesser of its bucket's
+    /// bound and the longest gap since start).
     pub fn worst_gap_ms(&self) -> Option<u64> {
         self.members
             .iter()
-            .filter_map(|m| m.worst_gap_ms.or(m.worst_gap_bucket_ms))
+            .filter_map(|m| {
+                m.worst_gap_ms.or(m
+                    .worst_gap_bucket_ms
+                    .map(|bound| bound.min(m.max_gap_since_start_ms)))
+            })
             .max()
+    }
+
+    /// Lease renewals the leader should answer in the flood's time: every member renews
+    /// every `lease_ms / 4`.
+    pub fn renewals_expected(&self) -> f64 {
+        self.members.len() as f64 * self.seconds * 4_000.0 / self.lease_ms as f64
     }
 
     /// Why the ring's own traffic did not go on, if it did not.

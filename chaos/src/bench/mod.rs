@@ -453,6 +453,15 @@ fn flood_rows(r: &flood::FloodReport) -> Vec<Row> {
         ),
         Row::new(
             Part::Flood,
+            format!("lease renewals answered by the leader, {c} clients"),
+            "renewals",
+            r.renewals_answered.map(|n| n as f64),
+            "every lease_ms / 4",
+            Some(r.renewals_expected()),
+            Goal::AtLeast { ratio: 0.9 },
+        ),
+        Row::new(
+            Part::Flood,
             format!("leader changes + health events, {c} clients"),
             "events",
             Some((r.term_changes() + r.health_events.len() as u64) as f64),
