@@ -311,9 +311,20 @@ async fn busy_ring() -> (Ring, BTreeMap<String, pb::ControlPlane>) {
         ],
     )
     .await;
+    // A revoked certificate: the recovered ring must still refuse it.
+    let departed = departed_cert(&ring);
+    let departed = departed.to_str().unwrap();
     for args in [
         &["switchover", "moved", "--to", "a", "--reason", "history"][..],
         &["member", "cordon", "c", "--reason", "history"][..],
+        &[
+            "certs",
+            "revoke",
+            "--cert",
+            departed,
+            "--reason",
+            "left the company",
+        ][..],
     ] {
         let out = ring.ringctl(args);
         assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
@@ -324,6 +335,48 @@ async fn busy_ring() -> (Ring, BTreeMap<String, pb::ControlPlane>) {
     })
     .await;
     (ring, before)
+}
+
+/// The certificate of `admin:departed` (made if missing), which [`busy_ring`] revokes.
+fn departed_cert(ring: &Ring) -> PathBuf {
+    let identity =
+        garden_ring::tls::Identity::new(garden_ring::tls::Role::Admin, "departed").unwrap();
+    garden_ring_tests::ensure_cert(&garden_ring_tests::certs_dir(ring.dir.path()), &identity)
+        .cert_file
+}
+
+/// Asserts that member `i` lists the revocation [`busy_ring`] made and refuses the certificate.
+async fn still_revoked(ring: &Ring, i: usize) {
+    let out = garden_ring_tests::ringctl(
+        &ring.client_config,
+        &[ring.procs[i].admin()],
+        &["certs", "list-revoked", "--output", "json"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let list = text(&out.stdout);
+    assert!(
+        list.contains("admin:departed") && list.contains("left the company"),
+        "the revocation is gone: {list}"
+    );
+    let certs = garden_ring_tests::certs_dir(ring.dir.path());
+    let files = garden_ring_tests::ensure_cert(
+        &certs,
+        &garden_ring::tls::Identity::new(garden_ring::tls::Role::Admin, "departed").unwrap(),
+    );
+    let store = garden_ring::tls::TlsStore::load(files, None).unwrap();
+    let client = garden_ring::admin::AdminClient::new(
+        vec![ring.procs[i].admin()],
+        garden_ring::tls::Security::Tls(store),
+        "x",
+    )
+    .unwrap();
+    let err = client
+        .call(pb::StatusRequest::default(), |mut c, r| async move {
+            c.status(r).await
+        })
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("was revoked at"), "{err}");
 }
 
 /// Waits until member a has applied everything the leader had, and returns a's history.
@@ -404,6 +457,7 @@ async fn two_of_three_destroyed_recover_on_the_survivor_and_two_fresh_members_jo
     join_fresh(&mut ring, &[(4, "b"), (5, "c")]).await;
     let joined_ms = t.elapsed().as_millis();
     check_recovered(&ring, &before, &history_before, started_ms, reason).await;
+    still_revoked(&ring, 0).await;
     println!(
         "quorum loss -> recovered ring with three members: ringd recover {recover_ms} ms; start -> leader alone {elected_ms} ms; \
          start -> removed hosts released {released_ms} ms; two members joined in {joined_ms} ms; all running {} ms after the loss",
@@ -475,6 +529,7 @@ async fn a_saved_snapshot_restores_a_ring_that_was_lost_entirely() {
     wait_no_fencing(&ring, 0).await;
     join_fresh(&mut ring, &[(4, "b"), (5, "c")]).await;
     check_recovered(&ring, &before, &history_before, started_ms, reason).await;
+    still_revoked(&ring, 0).await;
     println!(
         "snapshot save {save_ms} ms; restore {restore_ms} ms; start -> leader alone {elected_ms} ms; everything running {} ms after the start",
         started.elapsed().as_millis()
