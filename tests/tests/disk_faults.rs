@@ -67,6 +67,16 @@ fn fill(filler: &Path) {
     assert_eq!(full.raw_os_error(), Some(28), "ENOSPC: {full}");
 }
 
+/// The ring's history, as any member answers it.
+async fn history(ring: &Ring) -> pb::HistoryResponse {
+    ring.client()
+        .call(pb::HistoryRequest::default(), |mut c, r| async move {
+            c.history(r).await
+        })
+        .await
+        .unwrap()
+}
+
 /// Control planes every member lists.
 async fn names_on(ring: &Ring, i: usize) -> Option<Vec<String>> {
     let s = status(&ring.procs[i]).await.ok()?;
@@ -370,13 +380,7 @@ async fn a_torn_last_wal_record_is_dropped_and_the_ring_loses_nothing() {
         log.contains("torn"),
         "the dropped record is not reported:\n{log}"
     );
-    let history = ring
-        .client()
-        .call(pb::HistoryRequest::default(), |mut c, r| async move {
-            c.history(r).await
-        })
-        .await
-        .unwrap();
+    let history = history(&ring).await;
     assert!(!history.events.is_empty());
     println!(
         "WAL cut {} bytes into a record written after the last acknowledged one (at {next}): the member started and caught up",
@@ -483,13 +487,7 @@ async fn a_full_etcd_data_disk_is_reported_not_silently_lost() {
         )),
         "{text}"
     );
-    let history = ring
-        .client()
-        .call(pb::HistoryRequest::default(), |mut c, r| async move {
-            c.history(r).await
-        })
-        .await
-        .unwrap();
+    let history = history(&ring).await;
     assert!(
         history
             .events

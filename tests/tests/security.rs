@@ -796,26 +796,34 @@ async fn a_revoked_member_takes_no_part_in_raft_until_it_has_a_new_certificate()
         "host stolen",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    // The peer port refuses it too.
-    let a = (0..3).find(|&i| i != victim).unwrap();
-    let err = eventually(
-        Duration::from_secs(5),
-        "the peer port refuses it",
-        || async {
-            let err = PeerNetwork::new(
-                ring.procs[victim].config.id,
-                Arc::new(PeerPool::new(Security::Tls(old.clone()))),
-            )
-            .client(ring.procs[a].config.id, &member_node(&ring, a))
-            .ping(Duration::from_secs(2))
-            .await
-            .err()?
-            .to_string();
-            err.contains("was revoked at").then_some(err)
-        },
-    )
-    .await;
-    assert!(err.contains(&format!("member:{name}")), "{err}");
+    let revoked_at = std::time::Instant::now();
+    // The peer port of both other members refuses it too.
+    let mut took = Vec::new();
+    for a in (0..3).filter(|&i| i != victim) {
+        let err = eventually(
+            Duration::from_secs(5),
+            "the peer port refuses it",
+            || async {
+                let err = PeerNetwork::new(
+                    ring.procs[victim].config.id,
+                    Arc::new(PeerPool::new(Security::Tls(old.clone()))),
+                )
+                .client(ring.procs[a].config.id, &member_node(&ring, a))
+                .ping(Duration::from_secs(2))
+                .await
+                .err()?
+                .to_string();
+                err.contains("was revoked at").then_some(err)
+            },
+        )
+        .await;
+        assert!(err.contains(&format!("member:{name}")), "{err}");
+        took.push(revoked_at.elapsed().as_millis());
+    }
+    println!(
+        "member {name}'s certificate refused on the others' peer ports, ms after ringctl returned: {took:?}"
+    );
+    assert!(took.iter().all(|ms| *ms < 1_000), "{took:?}");
 
     // Writes go on without it; it does not see them, and the leader shows why.
     let on_leader = ring.procs[ring.index_of(leader)].client();
