@@ -51,6 +51,18 @@ fn cp(name: &str, home: Option<&str>) -> ControlPlaneSpec {
 }
 
 /// Applies a command that must be refused and checks nothing changed.
+/// Applies the move of `name` to `to` at `epoch` as entry `index`.
+fn move_to(state: &mut RingState, index: u64, name: &str, to: &str, epoch: u64, kind: MoveKind) {
+    let command = Command::MoveControlPlane {
+        name: name.into(),
+        to: Some(to.into()),
+        epoch,
+        kind,
+        note: String::new(),
+    };
+    state.apply(index, &proposal(command)).unwrap();
+}
+
 fn refused(state: &mut RingState, index: u64, command: Command) -> CommandError {
     let before = state.clone();
     let err = state.apply(index, &proposal(command)).unwrap_err();
@@ -563,18 +575,7 @@ fn ring3_with_control_planes() -> RingState {
     add(&mut state, "x", "a", "b");
     add(&mut state, "y", "b", "a");
     add(&mut state, "z", "b", "c");
-    state
-        .apply(
-            20,
-            &proposal(Command::MoveControlPlane {
-                name: "z".into(),
-                to: Some("a".into()),
-                epoch: 2,
-                kind: MoveKind::Switchover,
-                note: String::new(),
-            }),
-        )
-        .unwrap();
+    move_to(&mut state, 20, "z", "a", 2, MoveKind::Switchover);
     assert_eq!(state.control_planes["z"].phase, Phase::Fencing);
     state
 }
@@ -1079,18 +1080,7 @@ fn backup_reports_are_kept_while_running_refused_elsewhere_and_cleared_on_move()
     assert_eq!(decoded, state);
 
     // A move clears it: the new host reports its own backups.
-    state
-        .apply(
-            7,
-            &proposal(Command::MoveControlPlane {
-                name: "x".into(),
-                to: Some(other.into()),
-                epoch: 2,
-                kind: MoveKind::Switchover,
-                note: String::new(),
-            }),
-        )
-        .unwrap();
+    move_to(&mut state, 7, "x", other, 2, MoveKind::Switchover);
     assert_eq!(state.control_planes["x"].backup_status, None);
     let json = serde_json::to_string(&state).unwrap();
     assert!(!json.contains("backup_status"), "{json}");
@@ -1226,18 +1216,7 @@ fn a_hosts_problem_is_recorded_once_kept_while_it_lasts_and_cleared_by_the_host_
     state
         .apply(8, &proposal(report_problem("x", 1, &host, Some(disk_full))))
         .unwrap();
-    state
-        .apply(
-            9,
-            &proposal(Command::MoveControlPlane {
-                name: "x".into(),
-                to: Some(other.into()),
-                epoch: 2,
-                kind: MoveKind::Failover,
-                note: String::new(),
-            }),
-        )
-        .unwrap();
+    move_to(&mut state, 9, "x", other, 2, MoveKind::Failover);
     assert_eq!(state.control_planes["x"].problem, None);
     let json = serde_json::to_string(&state).unwrap();
     assert!(!json.contains("\"problem\""), "{json}");
