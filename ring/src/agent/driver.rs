@@ -505,8 +505,9 @@ impl Workloads {
 
     /// What is wrong with the control planes whose etcd runs here or failed here (control
     /// plane -> (epoch, the host's words)): an etcd that failed (and is not healthy again
-    /// since), or one that runs but has failed its health checks for a while. The words say
-    /// when the file system of the data is nearly full. Empty with other drivers.
+    /// since), one that runs but has failed its health checks for a while, or one that runs on
+    /// a nearly full file system. The words say when the file system of the data is nearly
+    /// full. Empty with other drivers.
     pub fn problems(&self) -> BTreeMap<String, (u64, String)> {
         let mut out = BTreeMap::new();
         for (name, failure) in &self.failures {
@@ -522,22 +523,30 @@ impl Workloads {
                 out.insert(name.clone(), (failure.epoch, text));
             }
         }
+        let Some(runtime) = &self.etcd else {
+            return out;
+        };
         for (name, instance) in &self.etcd_instances {
             if out.contains_key(name) {
                 continue;
             }
-            if let Some(text) = instance.problem() {
-                out.insert(name.clone(), (instance.target().epoch, text));
+            let epoch = instance.target().epoch;
+            // An etcd that serves on a nearly full disk fails at its next WAL file: said
+            // before it does (and while a restart on a still full disk serves for a moment).
+            let text = instance.problem().or_else(|| {
+                low_disk_note(&runtime.epoch_dir(name, epoch))
+                    .map(|_| "etcd runs, but its data disk is nearly full".to_string())
+            });
+            if let Some(text) = text {
+                out.insert(name.clone(), (epoch, text));
             }
         }
-        if let Some(runtime) = &self.etcd {
-            for (name, (epoch, text)) in &mut out {
-                if let Some(note) = low_disk_note(&runtime.epoch_dir(name, *epoch)) {
-                    text.push_str("; ");
-                    text.push_str(&note);
-                }
-                truncate_text(text, crate::core::limits::MAX_TEXT_LEN);
+        for (name, (epoch, text)) in &mut out {
+            if let Some(note) = low_disk_note(&runtime.epoch_dir(name, *epoch)) {
+                text.push_str("; ");
+                text.push_str(&note);
             }
+            truncate_text(text, crate::core::limits::MAX_TEXT_LEN);
         }
         out
     }
