@@ -30,29 +30,10 @@ pub const REPORT_INTERVAL_MS: u64 = 1_000;
 /// Most bytes of a migration note ([`note_text`]).
 pub const MAX_NOTE_BYTES: usize = 400;
 
-/// `text` made fit for a [`MigrationReport`] note: control and invisible formatting characters
-/// become spaces (an error message may hold line breaks), cut to [`MAX_NOTE_BYTES`] on a
-/// character boundary with `...` when longer.
+/// `text` made fit for a [`MigrationReport`] note ([`super::names::fit_text`] at
+/// [`MAX_NOTE_BYTES`]).
 pub fn note_text(text: &str) -> String {
-    let clean: String = text
-        .chars()
-        .map(|c| {
-            if c.is_control() || super::names::is_invisible_format(c) {
-                ' '
-            } else {
-                c
-            }
-        })
-        .collect();
-    let clean = clean.trim();
-    if clean.len() <= MAX_NOTE_BYTES {
-        return clean.to_string();
-    }
-    let mut end = MAX_NOTE_BYTES - 3;
-    while !clean.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &clean[..end])
+    super::names::fit_text(text, MAX_NOTE_BYTES)
 }
 
 /// Where a migration stands; steps only move forward.

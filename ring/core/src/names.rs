@@ -245,6 +245,29 @@ pub fn check_text(value: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
+/// `text` made to pass [`check_text`] within `max_bytes` (at least 3): control and invisible
+/// formatting characters become spaces (an error message may hold line breaks), then it is
+/// trimmed and cut on a character boundary with `...` when longer. For words a host or a driver
+/// puts into a command (a migration note, a control plane's problem).
+pub fn fit_text(text: &str, max_bytes: usize) -> String {
+    let clean: String = text
+        .chars()
+        .map(|c| {
+            if c.is_control() || is_invisible_format(c) {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect();
+    let clean = clean.trim();
+    if clean.len() <= max_bytes {
+        return clean.to_string();
+    }
+    let end = clean.floor_char_boundary(max_bytes.saturating_sub(3));
+    format!("{}...", &clean[..end])
+}
+
 /// Invisible formatting characters: the Unicode bidirectional embeddings, overrides, isolates
 /// and marks (the "Trojan Source" characters), zero-width characters, invisible operators and
 /// the byte-order mark.
@@ -310,6 +333,21 @@ pub fn require(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_words_are_made_to_pass_the_text_check() {
+        // A multi-line error (etcd's, a restore's) would be refused by check_text: made one
+        // line instead of being lost.
+        let fitted = fit_text("etcd exited:\npanic: no space\u{202e}", 512);
+        assert_eq!(fitted, "etcd exited: panic: no space");
+        assert!(check_text(&fitted).is_ok());
+        // Cut on a character boundary, within the bound, marked.
+        let long = "é".repeat(300); // 600 bytes
+        let cut = fit_text(&long, 511);
+        assert!(cut.len() <= 511 && cut.ends_with("..."), "{}", cut.len());
+        assert!(check_text(&cut).is_ok());
+        assert_eq!(fit_text("ok", 511), "ok");
+    }
 
     #[test]
     fn labels() {

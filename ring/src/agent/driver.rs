@@ -33,6 +33,8 @@ pub use super::workload::{
 use super::workload::{Guard, GuardLimits};
 use crate::config::{Config, DriverKind, DriverSettings};
 use crate::core::etcd_cluster::ReplicaKey;
+use crate::core::limits::MAX_TEXT_LEN;
+use crate::core::names::fit_text;
 use crate::time::monotonic_ms;
 
 /// Most bytes of a hook's output kept for the log.
@@ -509,6 +511,24 @@ impl Workloads {
     /// a nearly full file system. The words say when the file system of the data is nearly
     /// full. Empty with other drivers.
     pub fn problems(&self) -> BTreeMap<String, (u64, String)> {
+        let Some(runtime) = &self.etcd else {
+            return BTreeMap::new();
+        };
+        // The host's words, with one look at the data's file system.
+        let words = |name: &str, epoch: u64, what: Option<String>| {
+            let note = low_disk_note(&runtime.epoch_dir(name, epoch));
+            // An etcd that serves on a nearly full disk fails at its next WAL file: said
+            // before it does (and while a restart on a still full disk serves a moment).
+            let what = what.or_else(|| {
+                note.is_some()
+                    .then(|| "etcd runs, but its data disk is nearly full".to_string())
+            })?;
+            let text = match note {
+                Some(note) => format!("{what}; {note}"),
+                None => what,
+            };
+            Some((epoch, fit_text(&text, MAX_TEXT_LEN)))
+        };
         let mut out = BTreeMap::new();
         for (name, failure) in &self.failures {
             let healthy_again = self
@@ -516,37 +536,18 @@ impl Workloads {
                 .get(name)
                 .is_some_and(|i| i.target().epoch == failure.epoch && i.healthy());
             if !healthy_again {
-                let text = format!(
+                let what = format!(
                     "etcd failed {} time(s) in a row: {}",
                     failure.count, failure.why
                 );
-                out.insert(name.clone(), (failure.epoch, text));
+                out.extend(words(name, failure.epoch, Some(what)).map(|w| (name.clone(), w)));
             }
         }
-        let Some(runtime) = &self.etcd else {
-            return out;
-        };
         for (name, instance) in &self.etcd_instances {
-            if out.contains_key(name) {
-                continue;
+            if !out.contains_key(name) {
+                let epoch = instance.target().epoch;
+                out.extend(words(name, epoch, instance.problem()).map(|w| (name.clone(), w)));
             }
-            let epoch = instance.target().epoch;
-            // An etcd that serves on a nearly full disk fails at its next WAL file: said
-            // before it does (and while a restart on a still full disk serves for a moment).
-            let text = instance.problem().or_else(|| {
-                low_disk_note(&runtime.epoch_dir(name, epoch))
-                    .map(|_| "etcd runs, but its data disk is nearly full".to_string())
-            });
-            if let Some(text) = text {
-                out.insert(name.clone(), (epoch, text));
-            }
-        }
-        for (name, (epoch, text)) in &mut out {
-            if let Some(note) = low_disk_note(&runtime.epoch_dir(name, *epoch)) {
-                text.push_str("; ");
-                text.push_str(&note);
-            }
-            truncate_text(text, crate::core::limits::MAX_TEXT_LEN);
         }
         out
     }
@@ -693,17 +694,6 @@ fn low_disk_note(dir: &std::path::Path) -> Option<String> {
     })
 }
 
-/// Cuts `text` to at most `max_bytes`, at a character boundary.
-fn truncate_text(text: &mut String, max_bytes: usize) {
-    if text.len() > max_bytes {
-        let mut end = max_bytes;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -810,15 +800,5 @@ mod tests {
             [1_000, 2_000, 4_000, 8_000, 16_000, 30_000, 30_000, 30_000]
         );
         assert_eq!(restart_backoff_ms(u32::MAX), MAX_RESTART_BACKOFF_MS);
-    }
-
-    #[test]
-    fn a_long_problem_is_cut_at_a_character_boundary() {
-        let mut text = "é".repeat(300); // 600 bytes
-        truncate_text(&mut text, 511);
-        assert_eq!(text.len(), 510);
-        let mut short = "ok".to_string();
-        truncate_text(&mut short, 511);
-        assert_eq!(short, "ok");
     }
 }
