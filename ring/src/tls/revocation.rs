@@ -180,6 +180,10 @@ impl Revocations {
             return Err(refusal(r));
         }
         let crl = self.crl.read().unwrap_or_else(|e| e.into_inner()).clone();
+        if crl.is_empty() {
+            // Every request asks: no key to build without a CRL.
+            return Ok(());
+        }
         match crl.get(&(issuer.to_string(), serial.to_string())) {
             Some(why) => Err(why.clone()),
             None => Ok(()),
