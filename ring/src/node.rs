@@ -177,12 +177,32 @@ async fn bind(
         })
 }
 
+/// openraft's heartbeat interval for a ring whose `timing.heartbeat_ms` is `heartbeat_ms`.
+///
+/// `heartbeat_ms` promises followers a heartbeat at least that often. openraft's
+/// `heartbeat_interval` is the least time between two heartbeats: its tick fires every
+/// `interval * 13 / 64` ms (openraft 0.10.0-alpha.37, `Config::tick_interval`) and sends one on
+/// the first tick after `interval` has passed, so a follower waits up to `interval + tick`
+/// (measured in the Admin flood with `heartbeat_interval = 50`: gaps of 60-67 ms; with 250:
+/// 300 ms). openraft gets the longest interval whose `interval + tick` is at most 90% of
+/// `heartbeat_ms`; the rest is for delivery. 50 -> 38 (worst 45), 250 -> 187 (worst 224).
+pub fn openraft_heartbeat_interval_ms(heartbeat_ms: u64) -> u64 {
+    let worst = |interval: u128| interval + (interval * 13 / 64).max(1);
+    let budget = u128::from(heartbeat_ms) * 9 / 10;
+    // About budget * 64 / 77; a step or two above it, then down to the longest that fits.
+    let mut interval = (budget * 64 / 77 + 2).max(1);
+    while interval > 1 && worst(interval) > budget {
+        interval -= 1;
+    }
+    u64::try_from(interval).unwrap_or(u64::MAX)
+}
+
 /// openraft's configuration from ours.
 pub fn raft_config(config: &Config) -> Result<openraft::Config, StartError> {
     let t = &config.timing;
     openraft::Config {
         cluster_name: "garden-ring".into(),
-        heartbeat_interval: t.heartbeat_ms,
+        heartbeat_interval: openraft_heartbeat_interval_ms(t.heartbeat_ms),
         election_timeout_min: t.election_timeout_min_ms,
         election_timeout_max: t.election_timeout_max_ms,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot.every_entries),
@@ -812,5 +832,29 @@ async fn keep_generation(
             changed = applied.changed() => if changed.is_err() { return },
             _ = stopped.wait_for(|s| *s) => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::openraft_heartbeat_interval_ms;
+
+    #[test]
+    fn openraft_heartbeats_come_within_heartbeat_ms() {
+        assert_eq!(openraft_heartbeat_interval_ms(50), 38);
+        assert_eq!(openraft_heartbeat_interval_ms(250), 187);
+        for heartbeat_ms in 1..=10_000 {
+            let interval = openraft_heartbeat_interval_ms(heartbeat_ms);
+            assert!(interval >= 1, "{heartbeat_ms}");
+            let worst = |i: u64| i + (i * 13 / 64).max(1);
+            if heartbeat_ms >= 3 {
+                let budget = heartbeat_ms * 9 / 10;
+                assert!(worst(interval) <= budget, "{heartbeat_ms}: {interval}");
+                // The longest such interval: no more heartbeats than needed.
+                assert!(worst(interval + 1) > budget, "{heartbeat_ms}: {interval}");
+            }
+        }
+        // No overflow (the configuration refuses such timings, but this must not panic).
+        assert!(openraft_heartbeat_interval_ms(u64::MAX) > u64::MAX / 2);
     }
 }

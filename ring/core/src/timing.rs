@@ -15,7 +15,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Timing {
-    /// Leader heartbeat interval.
+    /// The longest a follower goes without a message from a healthy leader (its heartbeats come
+    /// more often: `ringd` sets openraft's interval below this, see ARCHITECTURE.md, Failure
+    /// detection).
     pub heartbeat_ms: u64,
     /// Lower bound of the randomized election timeout.
     pub election_timeout_min_ms: u64,

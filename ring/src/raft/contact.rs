@@ -73,7 +73,9 @@ struct Inner {
     oldest_dropped: Option<u64>,
     /// Term -> messages of that term's leader handed to Raft and not answered yet.
     in_flight: BTreeMap<u64, usize>,
-    /// The term and time of the last accepted message, and the gaps between them.
+    /// The term and arrival of the last accepted message, and the gaps between arrivals (how
+    /// long the leader was not heard; this member's own answer, which waits for its log's
+    /// fsync when the message carries entries, is not part of it).
     last_accepted: Option<(u64, Instant)>,
     gaps: Gaps,
 }
@@ -101,6 +103,8 @@ impl Default for LeaderContact {
 pub struct InFlight {
     contact: LeaderContact,
     term: u64,
+    /// When the message arrived (was handed to Raft).
+    arrived: Instant,
 }
 
 impl Drop for InFlight {
@@ -127,6 +131,7 @@ impl LeaderContact {
         InFlight {
             contact: self.clone(),
             term,
+            arrived: Instant::now(),
         }
     }
 
@@ -140,11 +145,12 @@ impl LeaderContact {
                 if let Some((term, at)) = inner.last_accepted
                     && term == flight.term
                 {
-                    let gap_ms = u64::try_from(now.saturating_duration_since(at).as_millis())
-                        .unwrap_or(u64::MAX);
+                    let gap_ms =
+                        u64::try_from(flight.arrived.saturating_duration_since(at).as_millis())
+                            .unwrap_or(u64::MAX);
                     inner.gaps.observe(gap_ms);
                 }
-                inner.last_accepted = Some((flight.term, now));
+                inner.last_accepted = Some((flight.term, flight.arrived));
                 inner.accepted.insert(flight.term, now);
                 while inner.accepted.len() > MAX_TERMS_KEPT {
                     if let Some((term, _)) = inner.accepted.pop_first() {
@@ -226,6 +232,14 @@ mod tests {
             gaps.counts[0], 3,
             "instant answers fall in the first bucket"
         );
+        // Counted from arrivals: a slow answer (a follower's fsync) is not a gap in the
+        // leader's messages.
+        let contact = LeaderContact::default();
+        contact.answered(contact.begin(1), true);
+        let slow = contact.begin(1);
+        std::thread::sleep(Duration::from_millis(30));
+        contact.answered(slow, true);
+        assert_eq!(contact.gaps().counts[0], 1, "{:?}", contact.gaps());
         let mut g = Gaps::default();
         g.observe(60);
         g.observe(6_000);
