@@ -474,7 +474,7 @@ fn render_gaps(out: &mut String, gaps: &crate::raft::contact::Gaps) {
     let name = "garden_ring_leader_contact_gap_seconds";
     let _ = writeln!(
         out,
-        "# HELP {name} Time between the arrivals of two messages of the same leader this member accepted in a row (heartbeats are due every heartbeat_ms; the time this member takes to answer, its log's fsync included, is not counted); an election is not a gap.\n# TYPE {name} histogram"
+        "# HELP {name} Time between the arrivals of two messages of the same leader (term) at this member (heartbeats are due every heartbeat_ms; counted on arrival, so this member's own fsync before it answers is not part of it); an election is not a gap.\n# TYPE {name} histogram"
     );
     let mut cumulative = 0;
     for (bound, count) in GAP_BOUNDS_MS.iter().zip(gaps.counts) {

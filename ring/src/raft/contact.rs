@@ -22,6 +22,8 @@
 //! Only messages Raft *accepted* are recorded per term (a message refused for a higher vote
 //! proves nothing a leader could use), and a message still being handled counts as accepted now,
 //! so that a report never claims a contact older than one Raft is accepting at that moment.
+//! The gaps between a leader's messages ([`Gaps`], a metric) are counted on arrival instead,
+//! by term: they measure the leader's heartbeats, not this member's disk.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -30,8 +32,8 @@ use std::time::{Duration, Instant};
 /// Upper bounds (ms) of the buckets of the gaps between a leader's accepted messages.
 pub const GAP_BOUNDS_MS: [u64; 12] = [5, 10, 25, 50, 75, 100, 150, 250, 500, 1_000, 2_000, 5_000];
 
-/// The gaps between two messages of one leader this member accepted in a row: how long it went
-/// without hearing from its leader (heartbeats are due every `heartbeat_ms`).
+/// The gaps between the arrivals of two messages of one leader (term) in a row: how long this
+/// member went without hearing from its leader (heartbeats are due every `heartbeat_ms`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Gaps {
     /// Gaps at most [`GAP_BOUNDS_MS`]`[i]` (not cumulative; the last counts the longer ones).
@@ -73,10 +75,12 @@ struct Inner {
     oldest_dropped: Option<u64>,
     /// Term -> messages of that term's leader handed to Raft and not answered yet.
     in_flight: BTreeMap<u64, usize>,
-    /// The term and arrival of the last accepted message, and the gaps between arrivals (how
-    /// long the leader was not heard; this member's own answer, which waits for its log's
-    /// fsync when the message carries entries, is not part of it).
-    last_accepted: Option<(u64, Instant)>,
+    /// The term and arrival of the last message of the newest term seen, and the gaps between
+    /// the arrivals of one term's messages (one leader per term): how long the leader was not
+    /// heard. Counted on arrival, not on answer: Raft answers only once this member's log is
+    /// fsynced, and a leader gives up on a heartbeat unanswered for its interval, so a slow
+    /// disk here would otherwise hide heartbeats that arrived on time.
+    last_arrival: Option<(u64, Instant)>,
     gaps: Gaps,
 }
 
@@ -92,7 +96,7 @@ impl Default for LeaderContact {
             accepted: BTreeMap::new(),
             oldest_dropped: None,
             in_flight: BTreeMap::new(),
-            last_accepted: None,
+            last_arrival: None,
             gaps: Gaps::default(),
         })))
     }
@@ -103,8 +107,6 @@ impl Default for LeaderContact {
 pub struct InFlight {
     contact: LeaderContact,
     term: u64,
-    /// When the message arrived (was handed to Raft).
-    arrived: Instant,
 }
 
 impl Drop for InFlight {
@@ -126,12 +128,26 @@ impl LeaderContact {
 
     /// A message from the leader of `term` is handed to Raft: until [`Self::answered`] (or the
     /// guard is dropped), it counts as accepted at every moment it is asked about.
+    /// Also counts the gap since the previous message of the same term arrived.
     pub fn begin(&self, term: u64) -> InFlight {
-        *self.lock().in_flight.entry(term).or_default() += 1;
+        let now = Instant::now();
+        let mut inner = self.lock();
+        *inner.in_flight.entry(term).or_default() += 1;
+        match inner.last_arrival {
+            Some((last, at)) if last == term => {
+                let gap_ms = u64::try_from(now.saturating_duration_since(at).as_millis())
+                    .unwrap_or(u64::MAX);
+                inner.gaps.observe(gap_ms);
+                inner.last_arrival = Some((term, now));
+            }
+            // A stale leader's message: not a gap of the current one.
+            Some((last, _)) if last > term => {}
+            // A new term (an election is not a gap), or the first message.
+            _ => inner.last_arrival = Some((term, now)),
+        }
         InFlight {
             contact: self.clone(),
             term,
-            arrived: Instant::now(),
         }
     }
 
@@ -142,15 +158,6 @@ impl LeaderContact {
             let mut inner = self.lock();
             inner.last = Some(now);
             if accepted {
-                if let Some((term, at)) = inner.last_accepted
-                    && term == flight.term
-                {
-                    let gap_ms =
-                        u64::try_from(flight.arrived.saturating_duration_since(at).as_millis())
-                            .unwrap_or(u64::MAX);
-                    inner.gaps.observe(gap_ms);
-                }
-                inner.last_accepted = Some((flight.term, flight.arrived));
                 inner.accepted.insert(flight.term, now);
                 while inner.accepted.len() > MAX_TERMS_KEPT {
                     if let Some((term, _)) = inner.accepted.pop_first() {
@@ -164,8 +171,9 @@ impl LeaderContact {
         drop(flight);
     }
 
-    /// The gaps between the accepted messages of one leader, since start (a new term's first
-    /// message starts afresh: an election is not a gap).
+    /// The gaps between the arrivals of one leader's (term's) messages, since start (a new
+    /// term's first message starts afresh: an election is not a gap; a stale leader's message
+    /// is not counted).
     pub fn gaps(&self) -> Gaps {
         self.lock().gaps.clone()
     }
@@ -223,7 +231,7 @@ mod tests {
             let flight = contact.begin(term);
             contact.answered(flight, true);
         }
-        // A refused message is no gap.
+        // A stale leader's message (refused) is no gap.
         let flight = contact.begin(1);
         contact.answered(flight, false);
         let gaps = contact.gaps();
@@ -233,13 +241,19 @@ mod tests {
             "instant answers fall in the first bucket"
         );
         // Counted from arrivals: a slow answer (a follower's fsync) is not a gap in the
-        // leader's messages.
+        // leader's messages, and a message whose answer never came (the leader gave up on
+        // it) arrived all the same.
         let contact = LeaderContact::default();
         contact.answered(contact.begin(1), true);
         let slow = contact.begin(1);
         std::thread::sleep(Duration::from_millis(30));
         contact.answered(slow, true);
-        assert_eq!(contact.gaps().counts[0], 1, "{:?}", contact.gaps());
+        let gaps = contact.gaps();
+        assert_eq!((gaps.count(), gaps.counts[0]), (1, 1), "{gaps:?}");
+        drop(contact.begin(1));
+        let gaps = contact.gaps();
+        assert_eq!(gaps.count(), 2, "{gaps:?}");
+        assert!(gaps.max_ms >= 30, "{gaps:?}");
         let mut g = Gaps::default();
         g.observe(60);
         g.observe(6_000);
