@@ -122,6 +122,19 @@ impl AdminService {
         self
     }
 
+    /// Who sent `request`, if they may do `access` (else `PERMISSION_DENIED`), and their place
+    /// among the requests in flight their identity may have on this member (else
+    /// `RESOURCE_EXHAUSTED`, see [`super::limits`]); the place is freed when it is dropped.
+    fn admit<T>(
+        &self,
+        request: &Request<T>,
+        access: Access,
+    ) -> Result<(Caller, super::limits::InFlight), Status> {
+        let caller = caller(request, access)?;
+        let in_flight = self.limits.admit(request, &caller.actor, access)?;
+        Ok((caller, in_flight))
+    }
+
     /// Where the log store says whether its disk has room (see [`crate::raft::disk`]).
     pub fn with_disk(mut self, disk: crate::raft::disk::DiskHealth) -> Self {
         self.disk = disk;
@@ -631,8 +644,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::CertRevokeRequest>,
     ) -> Result<Response<pb::CertRevokeResponse>, Status> {
-        let caller = caller(&request, Access::Write)?;
-        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
+        let (caller, _in_flight) = self.admit(&request, Access::Write)?;
         let m = self.metrics();
         if m.state != ServerState::Leader || m.current_leader != Some(self.me) {
             let (issuer, serial) =
@@ -683,8 +695,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::CertUnrevokeRequest>,
     ) -> Result<Response<pb::CertUnrevokeResponse>, Status> {
-        let caller = caller(&request, Access::Write)?;
-        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
+        let (caller, _in_flight) = self.admit(&request, Access::Write)?;
         to_leader!(self, request, caller, "CertUnrevoke");
         let req = request.into_inner();
         let (issuer, serial) = self.revocation_target(&req.issuer, &req.serial)?;
@@ -702,8 +713,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::CertListRevokedRequest>,
     ) -> Result<Response<pb::CertListRevokedResponse>, Status> {
-        let caller = caller(&request, Access::Read)?;
-        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Read)?;
+        let (_, _in_flight) = self.admit(&request, Access::Read)?;
         let req = request.into_inner();
         let freshness = self.reads.linearize(req.stale).await;
         let revoked = self.read(|a| a.state.revoked.iter().map(revoked_certificate).collect());
@@ -717,8 +727,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::SnapshotSaveRequest>,
     ) -> Result<Response<SnapshotStream>, Status> {
-        let caller = caller(&request, Access::Backup)?;
-        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Backup)?;
+        let (caller, _in_flight) = self.admit(&request, Access::Backup)?;
         let m = self.metrics();
         if m.state != ServerState::Leader || m.current_leader != Some(self.me) {
             return Err(self.not_the_leader(&m));
@@ -786,8 +795,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
-        let caller = caller(&request, Access::Read)?;
-        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Read)?;
+        let (_, _in_flight) = self.admit(&request, Access::Read)?;
         let freshness = self.reads.linearize(request.get_ref().stale).await;
         let m = self.metrics();
         let (members, control_planes, paused, applied_index, dns_zone) = self.read(|a| {
@@ -824,8 +832,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::MemberListRequest>,
     ) -> Result<Response<pb::MemberListResponse>, Status> {
-        let caller = caller(&request, Access::Read)?;
-        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Read)?;
+        let (_, _in_flight) = self.admit(&request, Access::Read)?;
         let freshness = self.reads.linearize(request.get_ref().stale).await;
         let members = self.read(|a| self.members(a));
         Ok(Response::new(pb::MemberListResponse {
@@ -838,8 +845,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::MemberAddRequest>,
     ) -> Result<Response<pb::MemberAddResponse>, Status> {
-        let caller = caller(&request, Access::Write)?;
-        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
+        let (caller, _in_flight) = self.admit(&request, Access::Write)?;
         to_leader!(
             self,
             request,
@@ -887,8 +893,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::MemberRefRequest>,
     ) -> Result<Response<pb::MemberResponse>, Status> {
-        let caller = caller(&request, Access::Write)?;
-        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
+        let (caller, _in_flight) = self.admit(&request, Access::Write)?;
         to_leader!(self, request, caller, "MemberPromote");
         let actor = caller.actor;
         let req = request.into_inner();
@@ -912,8 +917,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::MemberRefRequest>,
     ) -> Result<Response<pb::MemberResponse>, Status> {
-        let caller = caller(&request, Access::Write)?;
-        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
+        let (caller, _in_flight) = self.admit(&request, Access::Write)?;
         to_leader!(self, request, caller, "MemberRemove");
         let actor = caller.actor;
         let req = request.into_inner();
@@ -943,8 +947,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::ControlPlaneListRequest>,
     ) -> Result<Response<pb::ControlPlaneListResponse>, Status> {
-        let caller = caller(&request, Access::Read)?;
-        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Read)?;
+        let (_, _in_flight) = self.admit(&request, Access::Read)?;
         let freshness = self.reads.linearize(request.get_ref().stale).await;
         let control_planes = self.read(|a| {
             a.state
@@ -964,8 +967,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::ControlPlaneGetRequest>,
     ) -> Result<Response<pb::ControlPlane>, Status> {
-        let caller = caller(&request, Access::Read)?;
-        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Read)?;
+        let (_, _in_flight) = self.admit(&request, Access::Read)?;
         let req = request.into_inner();
         let freshness = self.reads.linearize(req.stale).await;
         let name = req.name;
@@ -983,8 +985,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::ControlPlaneAddRequest>,
     ) -> Result<Response<pb::ControlPlaneResponse>, Status> {
-        let caller = caller(&request, Access::Write)?;
-        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
+        let (caller, _in_flight) = self.admit(&request, Access::Write)?;
         to_leader!(self, request, caller, "ControlPlaneAdd");
         let actor = caller.actor;
         let req = request.into_inner();
@@ -1023,8 +1024,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::ControlPlaneRemoveRequest>,
     ) -> Result<Response<pb::ControlPlaneResponse>, Status> {
-        let caller = caller(&request, Access::Write)?;
-        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
+        let (caller, _in_flight) = self.admit(&request, Access::Write)?;
         to_leader!(self, request, caller, "ControlPlaneRemove");
         let actor = caller.actor;
         let req = request.into_inner();
@@ -1046,8 +1046,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::ControlPlaneLabelRequest>,
     ) -> Result<Response<pb::ControlPlaneResponse>, Status> {
-        let caller = caller(&request, Access::Write)?;
-        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
+        let (caller, _in_flight) = self.admit(&request, Access::Write)?;
         to_leader!(self, request, caller, "ControlPlaneLabel");
         let req = request.into_inner();
         let name = req.name;
@@ -1072,8 +1071,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::ControlPlaneRecoverRequest>,
     ) -> Result<Response<pb::ControlPlaneRecoverResponse>, Status> {
-        let caller = caller(&request, Access::Write)?;
-        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
+        let (caller, _in_flight) = self.admit(&request, Access::Write)?;
         to_leader!(self, request, caller, "ControlPlaneRecover");
         let req = request.into_inner();
         let name = req.name.clone();
@@ -1133,8 +1131,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::HistoryRequest>,
     ) -> Result<Response<pb::HistoryResponse>, Status> {
-        let caller = caller(&request, Access::Read)?;
-        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Read)?;
+        let (_, _in_flight) = self.admit(&request, Access::Read)?;
         let req = request.into_inner();
         let freshness = self.reads.linearize(req.stale).await;
         let limit = req.limit as usize;
@@ -1149,8 +1146,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::LeaderTransferRequest>,
     ) -> Result<Response<pb::LeaderTransferResponse>, Status> {
-        let caller = caller(&request, Access::Write)?;
-        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
+        let (caller, _in_flight) = self.admit(&request, Access::Write)?;
         to_leader!(self, request, caller, "LeaderTransfer");
         let req = request.into_inner();
         let m = self.metrics();
@@ -1199,8 +1195,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::SetPausedRequest>,
     ) -> Result<Response<pb::SetPausedResponse>, Status> {
-        let caller = caller(&request, Access::Write)?;
-        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
+        let (caller, _in_flight) = self.admit(&request, Access::Write)?;
         to_leader!(self, request, caller, "SetPaused");
         let actor = caller.actor;
         let req = request.into_inner();
@@ -1217,8 +1212,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::MemberCordonRequest>,
     ) -> Result<Response<pb::MemberResponse>, Status> {
-        let caller = caller(&request, Access::Write)?;
-        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
+        let (caller, _in_flight) = self.admit(&request, Access::Write)?;
         to_leader!(self, request, caller, "MemberCordon");
         let req = request.into_inner();
         self.member_command(caller, req.reason, &req.member, |id| Command::Cordon {
@@ -1232,8 +1226,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::DnsListRequest>,
     ) -> Result<Response<pb::DnsListResponse>, Status> {
-        let caller = caller(&request, Access::Read)?;
-        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Read)?;
+        let (caller, _in_flight) = self.admit(&request, Access::Read)?;
         // Only the leader checks the servers: ask it. Without a leader (or one that does not
         // answer within a read's bound: a member cut off from it must not hold `ringctl status`
         // for the forward's retries), say what this member would publish, and that nobody
@@ -1332,8 +1325,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::MemberLabelRequest>,
     ) -> Result<Response<pb::MemberResponse>, Status> {
-        let caller = caller(&request, Access::Write)?;
-        let _in_flight = self.limits.admit(&request, &caller.actor, Access::Write)?;
+        let (caller, _in_flight) = self.admit(&request, Access::Write)?;
         to_leader!(self, request, caller, "MemberLabel");
         let req = request.into_inner();
         self.member_command(caller, req.reason, &req.member, |id| Command::SetLabels {
@@ -1352,8 +1344,7 @@ impl Admin for AdminService {
         } else {
             Access::Write
         };
-        let caller = caller(&request, access)?;
-        let _in_flight = self.limits.admit(&request, &caller.actor, access)?;
+        let (caller, _in_flight) = self.admit(&request, access)?;
         if !request.get_ref().dry_run {
             to_leader!(self, request, caller, "Move");
         }
