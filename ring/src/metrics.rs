@@ -468,7 +468,8 @@ fn host_gauge(
     }
 }
 
-/// The gaps between a leader's messages this member accepted, as a histogram, and the longest.
+/// The gaps between the arrivals of a leader's messages at this member, as a histogram, and
+/// the longest.
 fn render_gaps(out: &mut String, gaps: &crate::raft::contact::Gaps) {
     use crate::raft::contact::GAP_BOUNDS_MS;
     let name = "garden_ring_leader_contact_gap_seconds";

@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Upper bounds (ms) of the buckets of the gaps between a leader's accepted messages.
+/// Upper bounds (ms) of the buckets of the gaps between the arrivals of a leader's messages.
 pub const GAP_BOUNDS_MS: [u64; 12] = [5, 10, 25, 50, 75, 100, 150, 250, 500, 1_000, 2_000, 5_000];
 
 /// The gaps between the arrivals of two messages of one leader (term) in a row: how long this

@@ -533,9 +533,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     /// Queued, not waited for. openraft's core waits for `purge` and handles nothing
-    /// meanwhile: a purge queued behind an `fdatasync` the disk stalled for 77-90 ms (all three
-    /// members at once, on one shared disk, in the Admin flood of `ring-chaos bench --only
-    /// flood`) held a follower's answers to its leader's heartbeats as long. A purge need not be
+    /// meanwhile, and a purge waits for the flusher's batch before it: in the Admin flood
+    /// (`ring-chaos bench --only flood`) a snapshot and its purge came about once a second and
+    /// `fdatasync` stalled for 40-90 ms now and then, all three members at once on one shared
+    /// disk, so a waited-for purge could hold the core that long. A purge need not be
     /// durable when it returns: one lost in a crash leaves entries below the snapshot on disk,
     /// which `get_log_state` reports as not purged (no hole either way). The flusher writes it
     /// before anything queued later, and a failed write fails every operation after it, so an
