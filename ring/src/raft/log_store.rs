@@ -1046,6 +1046,35 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_purge_not_waited_for_still_lands_before_what_follows_it() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = storage::open(dir.path(), 1).unwrap();
+            let mut store = LogStore::new(db, dir.path()).unwrap();
+            append(&mut store, entries(1, 1..21))
+                .await
+                .await
+                .unwrap()
+                .unwrap();
+            // Returns once queued; the entries leave the readable log at once.
+            store.purge(log_id(1, 1, 10)).await.unwrap();
+            assert_eq!(indexes(&mut store, 0..30).await, expect(1, 11..21));
+            // An append queued after it is durable only after the purge was written.
+            append(&mut store, vec![entry(1, 21)])
+                .await
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        let db = storage::open(dir.path(), 1).unwrap();
+        let mut store = LogStore::new(db, dir.path()).unwrap();
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id, Some(log_id(1, 1, 10)));
+        assert_eq!(state.last_log_id, Some(log_id(1, 1, 21)));
+        assert_eq!(indexes(&mut store, 0..30).await, expect(1, 11..22));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_vote_is_durable_when_saved() {
         let dir = tempfile::tempdir().unwrap();
         let vote = Vote::new(3, 2);
