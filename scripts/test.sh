@@ -228,6 +228,19 @@ export GARDEN_RING_FUZZ_SECS="${GARDEN_RING_FUZZ_SECS:-20}"
 banner "cargo nextest run --workspace --no-fail-fast${NEXTEST_PROFILE:+ (profile $NEXTEST_PROFILE)}, fuzzing ${GARDEN_RING_FUZZ_SECS} s per target"
 cargo nextest run --workspace --no-fail-fast
 
+# The commit path against etcd, once, release build (issue 40: a change that cost a third of
+# every lone write landed unnoticed). The floors are generous: on a 2-CPU VM the ratios move
+# 10-20% between runs (13 runs of builds since 2026-12-02: 1 client 0.95-1.26x, 16 clients
+# 1.20-1.65x, 64 clients 1.20-1.56x; chaos/README.md, "Commit path"). The release build goes to
+# a target directory under ~/.cache so that only the workspace's crates rebuild on the next run.
+bench_target="${GARDEN_RING_BENCH_TARGET:-$HOME/.cache/garden-ring/target-bench}"
+banner "ring-chaos bench --quick --only commit (release build in $bench_target), floors 1=0.9 16=1.0 64=1.0"
+CARGO_TARGET_DIR="$bench_target" cargo build --release -q \
+    -p garden-ring --bin ringd -p garden-ring-chaos --bin ring-chaos
+"$bench_target/release/ring-chaos" bench --quick --only commit \
+    --bin-dir "$bench_target/release" --out target/bench-commit \
+    --floor 1=0.9 --floor 16=1.0 --floor 64=1.0
+
 # Zone loss in network namespaces, with real processes (chaos/README.md). Fails on any split
 # brain, any lost acknowledged write in zone-partition, any write acknowledged before the
 # restored snapshot missing, or an RTO over 15 s.

@@ -88,7 +88,7 @@ pub struct Point {
 }
 
 /// What the commit part measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct CommitReport {
     /// Bytes of one ring write's log payload (the proposal as JSON), also the etcd value size.
     pub payload_bytes: usize,

@@ -26,6 +26,7 @@ mod commit;
 mod copy;
 mod failover;
 mod flood;
+pub mod floor;
 pub(crate) mod local;
 mod stats;
 
@@ -133,6 +134,11 @@ pub struct BenchArgs {
     /// concurrency, into OUT/perf-ring-leader-<clients>.data (MBs each; `perf report -i`).
     #[arg(long)]
     perf: bool,
+    /// Fail the run when the ring's throughput at CLIENTS is under RATIO times etcd's, e.g.
+    /// `--floor 1=0.9 --floor 64=1.0` (CI's guard against a commit-path regression; the table
+    /// is printed first). Repeat for several; every CLIENTS must be measured (`--clients`).
+    #[arg(long, value_name = "CLIENTS=RATIO")]
+    floor: Vec<floor::Floor>,
 }
 
 /// The options with defaults applied.
@@ -166,6 +172,8 @@ pub struct Settings {
     pub flood_clients: usize,
     /// Seconds of `flood`.
     pub flood_seconds: f64,
+    /// Floors under the commit part's throughput ratios.
+    pub floors: Vec<floor::Floor>,
 }
 
 impl Settings {
@@ -230,7 +238,23 @@ impl Settings {
         if !(16..=8192).contains(&backup_mib) {
             bail!("--backup-mib must be 16 to 8192");
         }
+        if let Some(f) = args
+            .floor
+            .iter()
+            .find(|f| !concurrency.contains(&f.clients))
+        {
+            bail!(
+                "--floor {}={} is for {} clients, which this run does not measure (--clients)",
+                f.clients,
+                f.min_ratio,
+                f.clients
+            );
+        }
+        if !args.floor.is_empty() && !parts.contains(&Part::Commit) {
+            bail!("--floor applies to the commit part; add --only commit");
+        }
         Ok(Self {
+            floors: args.floor.clone(),
             backup_mib,
             parts,
             seconds,
@@ -1051,11 +1075,11 @@ async fn run_part(
                 perf: cx.perf.clone(),
             })
             .await?;
-            Ok((
-                serde_json::to_value(&report)?,
-                commit_rows(&report),
-                Vec::new(),
-            ))
+            let broken = floor::broken(&report, &cx.settings.floors);
+            for problem in &broken {
+                eprintln!("commit: {problem}");
+            }
+            Ok((serde_json::to_value(&report)?, commit_rows(&report), broken))
         }
         Part::Failover => {
             let report = failover::run(&failover::FailoverOptions {
