@@ -239,11 +239,27 @@ impl Duties {
                 };
                 (last, since_election)
             };
-            let Some(health) = judge(last_ack_ms, since_election_ms, &self.timing) else {
+            // A member that lost entries it acknowledged stays lost (what it hosts moves as
+            // for a lost member) however well it answers, until it is replaced.
+            let diverged = (m.id != self.me)
+                .then(|| self.network.pool().diverged().get(m.id))
+                .flatten();
+            let judged = match &diverged {
+                Some(_) => Some(crate::core::Health::Lost),
+                None => judge(last_ack_ms, since_election_ms, &self.timing),
+            };
+            let Some(health) = judged else {
                 continue;
             };
             if health != m.health {
                 let reason = match last_ack_ms {
+                    _ if diverged.is_some() => format!(
+                        "diverged: {}",
+                        diverged
+                            .as_ref()
+                            .map(|d| d.reason.as_str())
+                            .unwrap_or_default()
+                    ),
                     _ if m.id == self.me => "the leader itself".to_string(),
                     Some(ms) => format!("last contact {ms} ms ago"),
                     None => match earlier_silent_ms {

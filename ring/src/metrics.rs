@@ -226,6 +226,8 @@ pub struct Sources {
     pub tls: Option<Arc<crate::tls::TlsStore>>,
     /// When this member last heard from its leader, and the gaps between.
     pub contact: crate::raft::contact::LeaderContact,
+    /// The followers this member found diverged while it led.
+    pub diverged: crate::raft::divergence::Diverged,
 }
 
 impl Sources {
@@ -306,6 +308,20 @@ impl Sources {
                         u8::from(member.health.to_string() == health)
                     );
                 }
+            }
+            let diverged = self.diverged.all();
+            let _ = writeln!(
+                out,
+                "# HELP garden_ring_member_diverged 1 for a member this member, while it led, found with less in its log than it had acknowledged (replace it: deploy/README.md).\n# TYPE garden_ring_member_diverged gauge"
+            );
+            for member in state.members.values() {
+                let _ = writeln!(
+                    out,
+                    "garden_ring_member_diverged{{member=\"{}\",zone=\"{}\"}} {}",
+                    member.name,
+                    member.zone,
+                    u8::from(diverged.contains_key(&member.id))
+                );
             }
             host_gauge(
                 &mut out,

@@ -208,6 +208,13 @@ pub fn raft_config(config: &Config) -> Result<openraft::Config, StartError> {
         snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot.every_entries),
         max_in_snapshot_log_to_keep: config.snapshot.keep_entries,
         enable_pre_vote: Some(true),
+        // A follower whose log went back behind what it acknowledged (a restored data dir)
+        // otherwise panics a debug leader (openraft's `debug_assert`) or stalls its replication
+        // for good in a release build (the follower stays at its old index, shown healthy:
+        // issue 42). With this, openraft searches the follower's log again and re-replicates;
+        // the network layer has marked it diverged first (`raft::divergence`), and the leader
+        // keeps it judged lost until it is replaced.
+        allow_log_reversion: Some(true),
         ..Default::default()
     }
     .validate()
@@ -452,6 +459,7 @@ impl Member {
                     disk,
                     tls: security.store().cloned(),
                     contact: contact.clone(),
+                    diverged: pool.diverged().clone(),
                 },
                 tasks.stopped.clone(),
             ));

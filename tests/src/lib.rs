@@ -16,6 +16,7 @@ pub mod etcd;
 pub mod etcdbrctl;
 pub mod netns;
 pub mod s3;
+pub mod wal;
 
 use std::collections::BTreeMap;
 use std::future::Future;

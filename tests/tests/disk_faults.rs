@@ -302,28 +302,6 @@ async fn a_failed_fsync_stops_the_member_and_a_restart_recovers_from_disk() {
     .await;
 }
 
-/// Where the last record of `raft.wal` (at `path`) starts and how long it is, walking the
-/// records as `garden_ring::raft::wal` writes them (a 4096-byte header, then `len: u32,
-/// crc: u32, generation: u64, payload`, 8-byte aligned), over the first generation found.
-fn last_wal_record(path: &Path) -> Option<(usize, usize)> {
-    let bytes = std::fs::read(path).ok()?;
-    let mut offset = 4096usize;
-    let mut last = None;
-    let mut generation = None;
-    while offset + 16 <= bytes.len() {
-        let len = u32::from_le_bytes(bytes[offset..offset + 4].try_into().ok()?) as usize;
-        let found = u64::from_le_bytes(bytes[offset + 8..offset + 16].try_into().ok()?);
-        if len == 0 || generation.is_some_and(|g| g != found) {
-            break;
-        }
-        generation = Some(found);
-        let size = (16 + len).next_multiple_of(8);
-        last = Some((offset, 16 + len));
-        offset += size;
-    }
-    last
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_torn_last_wal_record_is_dropped_and_the_ring_loses_nothing() {
     let mut ring = Ring::start(RingOptions::default());
@@ -347,7 +325,8 @@ async fn a_torn_last_wal_record_is_dropped_and_the_ring_loses_nothing() {
     .await;
     ring.procs[victim].kill9();
     let wal = ring.procs[victim].config.data_dir.join("raft.wal");
-    let (start, len) = last_wal_record(&wal).expect("the WAL holds records");
+    let (start, len) =
+        garden_ring_tests::wal::last_wal_record(&wal).expect("the WAL holds records");
     // A crash in the middle of writing one more record: its head and half its payload reached
     // the file, then the file ends. Its fdatasync never returned, so nobody was told it was
     // durable (tearing a record that was acknowledged would be a disk losing acknowledged
@@ -374,6 +353,15 @@ async fn a_torn_last_wal_record_is_dropped_and_the_ring_loses_nothing() {
             &format!("member {i} lists every control plane"),
         )
         .await;
+    }
+    // The record was never acknowledged: losing it is no divergence (issue 42).
+    for i in 0..3 {
+        let s = status(&ring.procs[i]).await.unwrap();
+        assert!(
+            s.members.iter().all(|m| m.diverged.is_empty()),
+            "member {i} calls someone diverged: {:?}",
+            s.members
+        );
     }
     let log = ring.procs[victim].log();
     assert!(

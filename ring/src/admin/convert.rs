@@ -20,6 +20,7 @@ pub fn member(m: &Member) -> pb::Member {
         labels: m.labels.clone(),
         // Set by the service, which knows the certificates members presented.
         certificate_revoked: String::new(),
+        diverged: String::new(),
     }
 }
 

@@ -371,7 +371,13 @@ impl AdminService {
                 cordoned: false,
                 labels: BTreeMap::new(),
                 certificate_revoked: String::new(),
+                diverged: String::new(),
             });
+        }
+        for (id, d) in self.transport.pool.diverged().all() {
+            if let Some(m) = out.get_mut(&id) {
+                m.diverged = d.reason;
+            }
         }
         if let Some(store) = &self.transport.tls {
             let revoked = self.transport.seen.revoked(store.revocations());

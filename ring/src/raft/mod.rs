@@ -21,6 +21,7 @@
 pub mod codec;
 pub mod contact;
 pub mod disk;
+pub mod divergence;
 pub mod log_store;
 pub mod network;
 pub mod offline;

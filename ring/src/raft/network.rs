@@ -19,8 +19,8 @@ use openraft::network::{
     Backoff, RPCOption, RaftNetworkFactory, RaftNetworkV2, stream_append_sequential,
 };
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult,
-    TransferLeaderRequest, TransferLeaderResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendError,
+    StreamAppendResult, TransferLeaderRequest, TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -28,6 +28,7 @@ use tokio::sync::watch;
 use tonic::transport::Channel;
 
 use super::codec::{CODEC_VERSION, decode, encode};
+use super::divergence::{Acknowledged, Diverged, conflict_after_ack};
 use super::types::{
     MemberNode, NodeId, PingReply, ReadIndexReply, RenewReply, RenewRequest, SnapshotData,
     TypeConfig, Vote,
@@ -89,6 +90,8 @@ pub struct PeerPool {
     channels: Mutex<HashMap<(NodeId, usize), CachedChannel>>,
     unreachable: Mutex<HashMap<NodeId, String>>,
     removed: watch::Sender<Option<String>>,
+    /// Followers found to have lost entries they acknowledged (while this member led).
+    diverged: Diverged,
     /// This member's ring generation (`RingState::generation`), sent with every request.
     generation: AtomicU64,
 }
@@ -101,6 +104,7 @@ impl PeerPool {
             channels: Mutex::default(),
             unreachable: Mutex::default(),
             removed: watch::channel(None).0,
+            diverged: Diverged::default(),
             generation: AtomicU64::new(0),
         }
     }
@@ -182,6 +186,11 @@ impl PeerPool {
         });
     }
 
+    /// The followers this member found diverged while it led.
+    pub fn diverged(&self) -> &Diverged {
+        &self.diverged
+    }
+
     /// Peers currently unreachable, with the last error seen.
     pub fn unreachable(&self) -> HashMap<NodeId, String> {
         lock(&self.unreachable).clone()
@@ -217,6 +226,7 @@ impl PeerNetwork {
             pool: self.pool.clone(),
             pipelined: true,
             lane: lane % PEER_LANES,
+            acknowledged: Acknowledged::default(),
         }
     }
 
@@ -237,6 +247,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             pool: self.pool.clone(),
             pipelined: true,
             lane: 0,
+            acknowledged: Acknowledged::default(),
         }
     }
 }
@@ -253,6 +264,9 @@ pub struct PeerClient {
     pipelined: bool,
     /// Which of the peer's connections it uses (below [`PEER_LANES`]; Raft's is 0).
     lane: usize,
+    /// The highest index the peer acknowledged to this client (one leadership's replication
+    /// or heartbeats to it): a conflict at or below it is divergence ([`super::divergence`]).
+    acknowledged: Acknowledged,
 }
 
 /// Why a call to a peer failed: it could not be reached (no connection, no answer in time:
@@ -298,6 +312,30 @@ fn classify(status: &tonic::Status) -> bool {
 }
 
 impl PeerClient {
+    /// Notes what an answer to appends says about the peer's log: a match raises what it
+    /// acknowledged, a conflict at or below that marks it diverged.
+    fn note_answer(&self, matched: Option<u64>, conflict: Option<u64>) {
+        if let Some(index) = matched {
+            self.acknowledged.matched(index);
+        }
+        if let Some(index) = conflict
+            && let Some(reason) = conflict_after_ack(self.acknowledged.highest(), index)
+        {
+            self.pool
+                .diverged
+                .mark(self.target, &self.node.name, reason);
+        }
+    }
+
+    /// [`Self::note_answer`] for a streamed append's result.
+    fn note_stream_result(&self, result: &StreamAppendResult<TypeConfig>) {
+        match result {
+            Ok(matched) => self.note_answer(matched.map(|l| l.index()), None),
+            Err(StreamAppendError::Conflict(at)) => self.note_answer(None, Some(at.index())),
+            Err(StreamAppendError::HigherVote(_)) => {}
+        }
+    }
+
     fn client(&self) -> Result<RaftClient<Channel>, CallError> {
         let channel = self
             .pool
@@ -548,11 +586,12 @@ impl Answers {
                         ))
                         .into_rpc()));
                     }
-                    Some(
-                        self.peer
-                            .answer(msg, "append-entries result")
-                            .map_err(CallError::into_rpc),
-                    )
+                    let answer: Result<StreamAppendResult<TypeConfig>, CallError> =
+                        self.peer.answer(msg, "append-entries result");
+                    if let Ok(result) = &answer {
+                        self.peer.note_stream_result(result);
+                    }
+                    Some(answer.map_err(CallError::into_rpc))
                 }
                 Ok(None) => lock(&self.unanswered.failed)
                     .take()
@@ -689,10 +728,26 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         let msg = self
             .message("append-entries request", &rpc)
             .map_err(CallError::into_rpc)?;
+        let prev = rpc.prev_log_id.map(|l| l.index());
+        let last = rpc.entries.last().map(|e| e.log_id.index()).or(prev);
         let mut client = self.client().map_err(CallError::into_rpc)?;
         let result = client.append_entries(Self::request(msg, &option)).await;
-        self.outcome(result, "append-entries response")
-            .map_err(CallError::into_rpc)
+        let response: AppendEntriesResponse<TypeConfig> = self
+            .outcome(result, "append-entries response")
+            .map_err(CallError::into_rpc)?;
+        match &response {
+            AppendEntriesResponse::Success => self.note_answer(last, None),
+            AppendEntriesResponse::PartialSuccess(matched) => {
+                self.note_answer(matched.map(|l| l.index()), None)
+            }
+            AppendEntriesResponse::Conflict => {
+                if let Some(prev) = prev {
+                    self.note_answer(None, Some(prev));
+                }
+            }
+            AppendEntriesResponse::HigherVote(_) => {}
+        }
+        Ok(response)
     }
 
     async fn vote(

@@ -61,6 +61,7 @@ pub fn members(members: &[pb::Member], leader_id: Option<u64>) -> String {
         "ID", "NAME", "ZONE", "ROLE", "HEALTH", "PEER", "ADMIN",
     ]);
     let mut revoked = Vec::new();
+    let mut diverged = Vec::new();
     for m in members {
         let role = if Some(m.id) == leader_id {
             format!("{} (leader)", m.role)
@@ -70,6 +71,10 @@ pub fn members(members: &[pb::Member], leader_id: Option<u64>) -> String {
         let mut health = m.health.clone();
         if m.cordoned {
             health.push_str(" (cordoned)");
+        }
+        if !m.diverged.is_empty() {
+            health = "DIVERGED".into();
+            diverged.push(format!("{}: {}", m.name, m.diverged));
         }
         if !m.certificate_revoked.is_empty() {
             health.push_str(" (CERTIFICATE REVOKED)");
@@ -86,6 +91,13 @@ pub fn members(members: &[pb::Member], leader_id: Option<u64>) -> String {
         ]);
     }
     let mut out = t.render();
+    for line in diverged {
+        out.push_str(&format!(
+            "\n{line}\n  it is judged lost and hosts nothing; never restore a member's data directory: \
+             replace it (`ringctl member remove NAME`, then add it anew with an empty data directory: \
+             deploy/README.md, \"A member that diverged\")"
+        ));
+    }
     for line in revoked {
         out.push_str(&format!(
             "\n{line}; issue it a new certificate (ringctl certs issue --force)"

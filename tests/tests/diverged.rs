@@ -1,0 +1,275 @@
+//! A member that comes back with less than it acknowledged (issue 42), with real `ringd`
+//! processes: a follower's data directory copied while it was stopped, 30 changes committed
+//! with it acknowledging them, then the old copy put back. The leader must find it diverged
+//! within a few heartbeats (status, `ringctl status`, metric), keep it judged lost so that what
+//! it hosted moves, stay up itself, and the ring must lose nothing; the documented repair
+//! (remove it, add it anew under a new id with an empty data directory) makes it whole again.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use garden_ring_tests::{
+    Ring, RingOptions, add_control_plane, control_plane, cps, eventually, http_get, status,
+};
+
+const FORM: Duration = Duration::from_secs(20);
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_restored_from_an_old_copy_is_found_diverged_judged_lost_and_replaced() {
+    let mut ring = Ring::prepare(RingOptions::default());
+    let metrics: Vec<SocketAddr> = ring.free_addresses(3);
+    for (p, m) in ring.procs.iter_mut().zip(&metrics) {
+        p.config.metrics.listen = Some(*m);
+    }
+    for p in &mut ring.procs {
+        p.spawn();
+    }
+    let leader = ring.wait_leader(&[0, 1, 2], &[], FORM).await;
+    let l = ring.index_of(leader);
+    let victim = (0..3).find(|&i| i != l).unwrap();
+    let victim_name = ring.procs[victim].config.name.clone();
+    let victim_id = ring.procs[victim].config.id;
+    let mut written = Vec::new();
+    for n in 0..6 {
+        let name = format!("before-{n}");
+        add_control_plane(&ring.client(), control_plane(&name, None))
+            .await
+            .unwrap();
+        written.push(name);
+    }
+
+    // The copy an operator would restore: taken while the member was stopped.
+    ring.procs[victim].terminate();
+    let data = ring.procs[victim].config.data_dir.clone();
+    let copy = ring.dir.path().join("old-copy");
+    copy_dir(&data, &copy);
+    ring.procs[victim].spawn();
+    for n in 0..30 {
+        let name = format!("after-{n}");
+        add_control_plane(&ring.client(), control_plane(&name, None))
+            .await
+            .unwrap();
+        written.push(name);
+    }
+    // It acknowledged them all: it lists them.
+    eventually(
+        Duration::from_secs(20),
+        "the victim holds the 30 changes",
+        || async {
+            let s = status(&ring.procs[victim]).await.ok()?;
+            written
+                .iter()
+                .all(|w| s.control_planes.iter().any(|c| &c.name == w))
+                .then_some(())
+        },
+    )
+    .await;
+
+    let hosted: Vec<String> = cps(&ring, &[l])
+        .await
+        .into_values()
+        .filter(|c| c.host == victim_name)
+        .map(|c| c.name)
+        .collect();
+    assert!(!hosted.is_empty(), "the victim hosts nothing to move");
+
+    // The old copy put back.
+    ring.procs[victim].terminate();
+    std::fs::remove_dir_all(&data).unwrap();
+    copy_dir(&copy, &data);
+    ring.procs[victim].spawn();
+    let back = Instant::now();
+
+    let reason = eventually(
+        Duration::from_secs(10),
+        "the leader finds the victim diverged",
+        || async {
+            let s = status(&ring.procs[l]).await.ok()?;
+            s.members
+                .iter()
+                .find(|m| m.id == victim_id && !m.diverged.is_empty())
+                .map(|m| m.diverged.clone())
+        },
+    )
+    .await;
+    let detected_ms = back.elapsed().as_millis();
+    assert!(reason.contains("acknowledged"), "{reason}");
+    // The leader's answer names it DIVERGED (the record is the leader's); every member's
+    // history says why it was judged lost.
+    let out =
+        garden_ring_tests::ringctl(&ring.client_config, &[ring.procs[l].admin()], &["status"]);
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(printed.contains("DIVERGED"), "ringctl status:\n{printed}");
+    let (_, text) = http_get(metrics[l], "/metrics").expect("the leader's metrics");
+    assert!(
+        text.contains(&format!(
+            "garden_ring_member_diverged{{member=\"{victim_name}\""
+        )) && text
+            .lines()
+            .any(|line| line.starts_with("garden_ring_member_diverged")
+                && line.contains(&format!("member=\"{victim_name}\""))
+                && line.ends_with(" 1")),
+        "no diverged metric for {victim_name}"
+    );
+    println!(
+        "detected {detected_ms} ms after the restart: {reason}\nringctl status:\n{printed}\n{} control planes to move off {victim_name}",
+        hosted.len()
+    );
+
+    // Judged lost, and never healthy again; what it hosted moves.
+    eventually(
+        Duration::from_secs(20),
+        "the victim is judged lost and hosts nothing",
+        || async {
+            let s = status(&ring.procs[l]).await.ok()?;
+            let m = s.members.iter().find(|m| m.id == victim_id)?;
+            (m.health == "lost"
+                && s.control_planes
+                    .iter()
+                    .all(|c| c.host != victim_name && c.phase == "running"))
+            .then_some(())
+        },
+    )
+    .await;
+    // The leader stays up (a debug openraft used to panic on this), and so do the others.
+    for i in 0..3 {
+        assert!(
+            ring.procs[i].is_running(),
+            "member {i} exited:\n{}",
+            ring.procs[i].log()
+        );
+    }
+    let leader_log = ring.procs[l].log();
+    assert!(leader_log.contains("member diverged"), "{leader_log}");
+    assert!(!leader_log.contains("panicked"), "{leader_log}");
+
+    // Nothing acknowledged was lost.
+    let all = cps(&ring, &[l]).await;
+    for w in &written {
+        assert!(all.contains_key(w), "{w} lost");
+    }
+
+    // The repair: remove it, add it anew under a new id with an empty data directory.
+    let id = victim_id.to_string();
+    let out = ring.ringctl(&[
+        "member",
+        "remove",
+        &id,
+        "--reason",
+        "diverged: restored data dir",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ring.procs[victim].terminate();
+    let fresh_name = format!("{victim_name}2");
+    let i = ring.replacement(10, &fresh_name);
+    ring.procs[i].config.zone = ring.procs[victim].config.zone.clone();
+    ring.procs[i].spawn();
+    let out = ring.ringctl_member_add(i, &["--promote", "--reason", "replace a diverged member"]);
+    assert!(
+        out.status.success(),
+        "member add: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        ring.logs()
+    );
+    eventually(
+        Duration::from_secs(30),
+        "the replacement is healthy and holds everything",
+        || async {
+            let s = status(&ring.procs[i]).await.ok()?;
+            let me = s.members.iter().find(|m| m.id == 10)?;
+            (me.health == "healthy"
+                && me.diverged.is_empty()
+                && written
+                    .iter()
+                    .all(|w| s.control_planes.iter().any(|c| &c.name == w)))
+            .then_some(())
+        },
+    )
+    .await;
+}
+
+/// The torn last record of a follower's WAL that it had acknowledged (its disk lied about the
+/// flush): the follower starts, drops the record, and the leader finds it diverged and stays up
+/// (openraft's `debug_assert` on a follower's log reverting used to panic a debug leader).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_torn_acknowledged_wal_record_marks_the_follower_diverged_and_the_leader_stays_up() {
+    let mut ring = Ring::start(RingOptions::default());
+    let leader = ring.wait_leader(&[0, 1, 2], &[], FORM).await;
+    let l = ring.index_of(leader);
+    let victim = (0..3).find(|&i| i != l).unwrap();
+    let victim_id = ring.procs[victim].config.id;
+    let mut written = Vec::new();
+    for n in 0..8 {
+        let name = format!("acked-{n}");
+        add_control_plane(&ring.client(), control_plane(&name, None))
+            .await
+            .unwrap();
+        written.push(name);
+    }
+    eventually(
+        Duration::from_secs(20),
+        "the victim holds every change",
+        || async {
+            let s = status(&ring.procs[victim]).await.ok()?;
+            written
+                .iter()
+                .all(|w| s.control_planes.iter().any(|c| &c.name == w))
+                .then_some(())
+        },
+    )
+    .await;
+    ring.procs[victim].kill9();
+    let wal = ring.procs[victim].config.data_dir.join("raft.wal");
+    let (start, len) =
+        garden_ring_tests::wal::last_wal_record(&wal).expect("the WAL holds records");
+    // Its last record, which it had acknowledged (it applied what came after it), cut in half.
+    let mut bytes = std::fs::read(&wal).unwrap();
+    bytes.truncate(start + len / 2);
+    bytes.resize((start + len).next_multiple_of(8).max(bytes.len()), 0);
+    std::fs::write(&wal, &bytes).unwrap();
+    ring.procs[victim].spawn();
+
+    let reason = eventually(
+        Duration::from_secs(10),
+        "the leader finds the victim diverged",
+        || async {
+            let s = status(&ring.procs[l]).await.ok()?;
+            s.members
+                .iter()
+                .find(|m| m.id == victim_id && !m.diverged.is_empty())
+                .map(|m| m.diverged.clone())
+        },
+    )
+    .await;
+    println!("torn acknowledged record: {reason}");
+    // The ring goes on: a write commits, nobody exited.
+    add_control_plane(&ring.client(), control_plane("after-torn", None))
+        .await
+        .unwrap();
+    for i in 0..3 {
+        assert!(
+            ring.procs[i].is_running(),
+            "member {i} exited:\n{}",
+            ring.procs[i].log()
+        );
+    }
+    assert!(!ring.procs[l].log().contains("panicked"));
+}
