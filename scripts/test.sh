@@ -245,10 +245,12 @@ CARGO_TARGET_DIR="$bench_target" cargo build --release -q \
 # brain, any lost acknowledged write in zone-partition, any write acknowledged before the
 # restored snapshot missing, or an RTO over 15 s.
 if [ "$(id -u)" -eq 0 ]; then
-    banner "ring-chaos run: zone-kill, zone-partition, leader-zone-kill"
+    # stale-disk: a member restarted on an old copy of its data directory is found diverged
+    # and judged lost, its control planes move, the Admin history stays linearizable.
+    banner "ring-chaos run: zone-kill, zone-partition, leader-zone-kill, stale-disk"
     cargo run -q -p garden-ring-chaos --bin ring-chaos -- run \
         --scenario zone-kill --scenario zone-partition --scenario leader-zone-kill \
-        --out target/chaos
+        --scenario stale-disk --out target/chaos
     # One zone's links losing 30% of their packets (renewals hedge on other connections; before
     # they did, 30% lapsed a 1 s lease within seconds), then cut three times for less than
     # member_lost_ms - lease_ms: nothing moves, nothing is lost, no client waits longer than a

@@ -16,6 +16,7 @@ mod registry;
 mod report;
 mod scale;
 mod scenario;
+mod stale_disk;
 mod world;
 
 use std::path::PathBuf;

@@ -50,6 +50,11 @@ pub enum Fault {
     /// no write wait longer than a lease; then a switchover of one of its control planes, whose
     /// backups were written across the steps, loses nothing.
     ClockJump,
+    /// A member hosting control planes (not the leader) restarted on an older copy of its
+    /// data directory, taken while it was stopped, after it acknowledged more: the leader must
+    /// find it diverged, keep it lost and move what it hosts; nothing acknowledged is lost
+    /// beyond a failover's window.
+    StaleDisk,
     /// A zone's links to the other zones and to the region dropping packets at random (each
     /// rate of `RunOptions::loss_percents` for `loss_ms`), then cut three times for less than
     /// `member_lost_ms - lease_ms`: nothing may move.
@@ -151,6 +156,12 @@ pub const SCENARIOS: &[Scenario] = &[
         zero_loss: true,
     },
     Scenario {
+        name: "stale-disk",
+        description: "a member's ringd restarted on an older copy of its data directory (it had acknowledged more since): found diverged, judged lost, its control planes moved",
+        fault: Fault::StaleDisk,
+        zero_loss: false,
+    },
+    Scenario {
         name: "rolling-restart",
         description: "every ringd restarted in turn: no failover at all, nothing lost",
         fault: Fault::RollingRestart,
@@ -212,7 +223,7 @@ pub struct RunOptions {
 }
 
 /// Records events on the run's clock.
-struct Timeline {
+pub(crate) struct Timeline {
     start: Instant,
     events: Vec<Event>,
 }
@@ -222,7 +233,7 @@ impl Timeline {
         self.start.elapsed().as_millis() as u64
     }
 
-    fn add(&mut self, kind: &str, subject: &str, detail: impl Into<String>) -> u64 {
+    pub(crate) fn add(&mut self, kind: &str, subject: &str, detail: impl Into<String>) -> u64 {
         let at_ms = self.now_ms();
         self.add_at(at_ms, kind, subject, detail)
     }
@@ -472,7 +483,7 @@ async fn drive(
 
     // The fault.
     let mut elect_ms = None;
-    let fault_unix_ms = garden_ring::time::unix_ms();
+    let mut fault_unix_ms = garden_ring::time::unix_ms();
     let kill = |zone: &str, index: usize, world: &mut World| -> anyhow::Result<usize> {
         for link in Link::ALL {
             topology.set_link(zone, link, false)?;
@@ -669,6 +680,12 @@ async fn drive(
                 &victim_zone,
                 format!("{victim_zone} thawed ({thawed} processes SIGCONTed)"),
             );
+            at
+        }
+        Fault::StaleDisk => {
+            let at = crate::stale_disk::run(world, victim_index, &options.dir, timeline).await?;
+            // The fault is the start on the old copy, not the stops and writes before it.
+            fault_unix_ms = garden_ring::time::unix_ms();
             at
         }
         Fault::ClockJump => {
