@@ -11,20 +11,6 @@ use garden_ring::pb;
 use crate::scenario::Timeline;
 use crate::world::World;
 
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target)?;
-        }
-    }
-    Ok(())
-}
-
 /// Changes the ring commits while the victim acknowledges them, after its data directory was
 /// copied (label writes on the victim member: no side effects).
 const STALE_DISK_CHANGES: usize = 20;
@@ -61,7 +47,7 @@ pub(crate) async fn run(
     };
     stop(world)?;
     let _ = std::fs::remove_dir_all(&copy);
-    copy_dir(&data, &copy).context("copying the victim's data directory")?;
+    garden_ring_tests::copy_dir(&data, &copy).context("copying the victim's data directory")?;
     world.members[victim_index].ringd.spawn()?;
     timeline.add(
         "fault",
@@ -95,7 +81,7 @@ pub(crate) async fn run(
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop(world)?;
     std::fs::remove_dir_all(&data)?;
-    copy_dir(&copy, &data).context("putting the old copy back")?;
+    garden_ring_tests::copy_dir(&copy, &data).context("putting the old copy back")?;
     world.members[victim_index].ringd.spawn()?;
     Ok(timeline.add(
         "fault",

@@ -921,3 +921,19 @@ pub async fn add_running(ring: &Ring, specs: &[(&str, Option<&str>, Option<&str>
     )
     .await;
 }
+
+/// Copies directory `from` to `to` (files and directories only): a data directory as an
+/// operator's backup copy would hold it.
+pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}

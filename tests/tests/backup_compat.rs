@@ -141,27 +141,13 @@ async fn check_deltas(bucket: &Bucket, compressed: bool) {
     );
 }
 
-/// Copies directory `from` to `to` (files and directories only).
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
 /// Debian's etcd 3.4 on a copy of `data_dir`: when etcdbrctl's restore replayed deltas (through
 /// its embedded etcd 3.5, which marks the data directory cluster version 3.5) it must refuse
 /// it ("cluster cannot be downgraded"); a restore of a full snapshot alone is not marked, and
 /// 3.4 must then read back `model` too.
 async fn check_etcd34(data_dir: &Path, replayed_deltas: bool, model: &BTreeMap<String, String>) {
     let copy = PathBuf::from(format!("{}-for-3.4", data_dir.display()));
-    copy_dir(data_dir, &copy);
+    garden_ring_tests::copy_dir(data_dir, &copy).unwrap();
     let dir = data_dir.parent().unwrap();
     let began = Instant::now();
     let started =

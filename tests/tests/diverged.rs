@@ -6,7 +6,6 @@
 //! (remove it, add it anew under a new id with an empty data directory) makes it whole again.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use garden_ring_tests::{
@@ -15,17 +14,32 @@ use garden_ring_tests::{
 
 const FORM: Duration = Duration::from_secs(20);
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
+/// Waits until member `i` lists every control plane in `written`.
+async fn holds_all(ring: &Ring, i: usize, written: &[String], what: &str) {
+    eventually(Duration::from_secs(20), what, || async {
+        let s = status(&ring.procs[i]).await.ok()?;
+        written
+            .iter()
+            .all(|w| s.control_planes.iter().any(|c| &c.name == w))
+            .then_some(())
+    })
+    .await;
+}
+
+/// Waits until the leader (member `l`) names member `id` diverged; the reason.
+async fn found_diverged(ring: &Ring, l: usize, id: u64) -> String {
+    eventually(
+        Duration::from_secs(10),
+        "the leader finds the victim diverged",
+        || async {
+            let s = status(&ring.procs[l]).await.ok()?;
+            s.members
+                .iter()
+                .find(|m| m.id == id && !m.diverged.is_empty())
+                .map(|m| m.diverged.clone())
+        },
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,7 +70,7 @@ async fn a_member_restored_from_an_old_copy_is_found_diverged_judged_lost_and_re
     ring.procs[victim].terminate();
     let data = ring.procs[victim].config.data_dir.clone();
     let copy = ring.dir.path().join("old-copy");
-    copy_dir(&data, &copy);
+    garden_ring_tests::copy_dir(&data, &copy).unwrap();
     ring.procs[victim].spawn();
     for n in 0..30 {
         let name = format!("after-{n}");
@@ -66,18 +80,7 @@ async fn a_member_restored_from_an_old_copy_is_found_diverged_judged_lost_and_re
         written.push(name);
     }
     // It acknowledged them all: it lists them.
-    eventually(
-        Duration::from_secs(20),
-        "the victim holds the 30 changes",
-        || async {
-            let s = status(&ring.procs[victim]).await.ok()?;
-            written
-                .iter()
-                .all(|w| s.control_planes.iter().any(|c| &c.name == w))
-                .then_some(())
-        },
-    )
-    .await;
+    holds_all(&ring, victim, &written, "the victim holds the 30 changes").await;
 
     let hosted: Vec<String> = cps(&ring, &[l])
         .await
@@ -90,22 +93,11 @@ async fn a_member_restored_from_an_old_copy_is_found_diverged_judged_lost_and_re
     // The old copy put back.
     ring.procs[victim].terminate();
     std::fs::remove_dir_all(&data).unwrap();
-    copy_dir(&copy, &data);
+    garden_ring_tests::copy_dir(&copy, &data).unwrap();
     ring.procs[victim].spawn();
     let back = Instant::now();
 
-    let reason = eventually(
-        Duration::from_secs(10),
-        "the leader finds the victim diverged",
-        || async {
-            let s = status(&ring.procs[l]).await.ok()?;
-            s.members
-                .iter()
-                .find(|m| m.id == victim_id && !m.diverged.is_empty())
-                .map(|m| m.diverged.clone())
-        },
-    )
-    .await;
+    let reason = found_diverged(&ring, l, victim_id).await;
     let detected_ms = back.elapsed().as_millis();
     assert!(reason.contains("acknowledged"), "{reason}");
     // The leader's answer names it DIVERGED (the record is the leader's); every member's
@@ -224,18 +216,7 @@ async fn a_torn_acknowledged_wal_record_marks_the_follower_diverged_and_the_lead
             .unwrap();
         written.push(name);
     }
-    eventually(
-        Duration::from_secs(20),
-        "the victim holds every change",
-        || async {
-            let s = status(&ring.procs[victim]).await.ok()?;
-            written
-                .iter()
-                .all(|w| s.control_planes.iter().any(|c| &c.name == w))
-                .then_some(())
-        },
-    )
-    .await;
+    holds_all(&ring, victim, &written, "the victim holds every change").await;
     ring.procs[victim].kill9();
     let wal = ring.procs[victim].config.data_dir.join("raft.wal");
     let (start, len) =
@@ -247,18 +228,7 @@ async fn a_torn_acknowledged_wal_record_marks_the_follower_diverged_and_the_lead
     std::fs::write(&wal, &bytes).unwrap();
     ring.procs[victim].spawn();
 
-    let reason = eventually(
-        Duration::from_secs(10),
-        "the leader finds the victim diverged",
-        || async {
-            let s = status(&ring.procs[l]).await.ok()?;
-            s.members
-                .iter()
-                .find(|m| m.id == victim_id && !m.diverged.is_empty())
-                .map(|m| m.diverged.clone())
-        },
-    )
-    .await;
+    let reason = found_diverged(&ring, l, victim_id).await;
     println!("torn acknowledged record: {reason}");
     // The ring goes on: a write commits, nobody exited.
     add_control_plane(&ring.client(), control_plane("after-torn", None))
