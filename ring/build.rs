@@ -6,6 +6,7 @@
 use protox::prost::Message as _;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    commit_id();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../proto");
     let files = ["gardenring/v1/admin.proto", "gardenring/v1/raft.proto"];
     for f in files {
@@ -31,4 +32,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(false)
         .compile_fds(fds)?;
     Ok(())
+}
+
+/// Sets `GARDEN_RING_COMMIT` for `--version`: the environment's `GARDEN_RING_COMMIT` if set (a
+/// build from a source archive), else `git rev-parse --short=12 HEAD`, else "unknown". Reruns
+/// when HEAD moves (a commit, a checkout), not on every build.
+fn commit_id() {
+    println!("cargo:rerun-if-env-changed=GARDEN_RING_COMMIT");
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let commit = std::env::var("GARDEN_RING_COMMIT")
+        .ok()
+        .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]))
+        .unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=GARDEN_RING_COMMIT={commit}");
+    // HEAD names a branch whose ref file (or packed-refs) moves on a commit.
+    for path in [
+        git(&["rev-parse", "--git-path", "HEAD"]),
+        git(&["symbolic-ref", "-q", "HEAD"]).and_then(|r| git(&["rev-parse", "--git-path", &r])),
+        git(&["rev-parse", "--git-path", "packed-refs"]),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+        if path.exists() {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
 }

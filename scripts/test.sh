@@ -222,6 +222,13 @@ systemd-analyze security --offline=yes --threshold=30 "$unit_dir/ringd.service" 
 banner "cargo build --workspace --bins (the integration tests start these binaries)"
 cargo build --workspace --bins
 
+# The previous release's binaries (RELEASES.md), built from this repository's history and cached
+# under ~/.cache/garden-ring, for tests/tests/mixed_version.rs (about 8 minutes once per machine).
+banner "previous release's binaries (scripts/previous-release.sh)"
+GARDEN_RING_PREVIOUS_BIN_DIR="$(scripts/previous-release.sh)"
+export GARDEN_RING_PREVIOUS_BIN_DIR
+echo "$GARDEN_RING_PREVIOUS_BIN_DIR: $("$GARDEN_RING_PREVIOUS_BIN_DIR/ringd" --version)"
+
 # The fuzz targets (ring/tests/fuzz/main.rs) run on their corpus, then on generated input for this
 # many seconds each; `GARDEN_RING_FUZZ_SECS=600 ./scripts/test.sh` fuzzes longer.
 export GARDEN_RING_FUZZ_SECS="${GARDEN_RING_FUZZ_SECS:-20}"

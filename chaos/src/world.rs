@@ -466,6 +466,7 @@ pub async fn build(
             snapshot: SnapshotSettings::default(),
             log: LogSettings::default(),
             backup: backup.clone(),
+            upgrade: Default::default(),
             tls: Some(TlsSettings {
                 files: garden_ring::demo::tls_files(&certs, &Identity::new(Role::Member, &m.name)?),
                 reload_interval_ms: 1_000,

@@ -844,6 +844,9 @@ pub struct Config {
     /// Object-store access for etcd backups.
     #[serde(default, skip_serializing_if = "is_default")]
     pub backup: BackupSettings,
+    /// Rolling upgrades: when the ring's version is raised, when a mixed ring is reported.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub upgrade: UpgradeSettings,
     /// Mutual TLS on both ports. Required unless `insecure = true`.
     #[serde(default)]
     pub tls: Option<TlsSettings>,
@@ -852,6 +855,47 @@ pub struct Config {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub insecure: bool,
 }
+
+/// When the leader raises the ring's version (see [`crate::core::ring_version`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Finalize {
+    /// As soon as every member runs a binary that supports the next version (unless
+    /// `ringctl upgrade hold` holds it).
+    #[default]
+    Auto,
+    /// Only on `ringctl upgrade finalize`: until then any member can go back to the previous
+    /// release's binary. The hold for an upgrade from release 0.1.0, which knows no
+    /// `ringctl upgrade hold`; use the same value on every member.
+    Manual,
+}
+
+/// Rolling-upgrade settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpgradeSettings {
+    /// `auto` (default) or `manual`.
+    pub finalize: Finalize,
+    /// A ring whose members run binaries of different releases for longer than this is
+    /// reported (`garden_ring_ring_mixed_too_long`, alert `GardenRingMixedVersions`): a
+    /// rolling upgrade left half done.
+    pub mixed_alert_after_ms: u64,
+}
+
+/// Default of `upgrade.mixed_alert_after_ms`: one hour.
+pub const DEFAULT_MIXED_ALERT_AFTER_MS: u64 = 3_600_000;
+
+impl Default for UpgradeSettings {
+    fn default() -> Self {
+        Self {
+            finalize: Finalize::Auto,
+            mixed_alert_after_ms: DEFAULT_MIXED_ALERT_AFTER_MS,
+        }
+    }
+}
+
+/// Longest `upgrade.mixed_alert_after_ms` accepted: a week.
+pub const MAX_MIXED_ALERT_AFTER_MS: u64 = 7 * 24 * 3_600_000;
 
 /// Longest `log.level` accepted, bytes.
 pub const MAX_LOG_FILTER_BYTES: usize = 1024;
@@ -953,6 +997,12 @@ impl Config {
 
     /// Checks that the configuration can work; the first problem found is returned.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.upgrade.mixed_alert_after_ms > MAX_MIXED_ALERT_AFTER_MS {
+            return Err(invalid(
+                "upgrade.mixed_alert_after_ms",
+                format!("must be at most {MAX_MIXED_ALERT_AFTER_MS} (a week)"),
+            ));
+        }
         if self.id == 0 {
             return Err(invalid("id", "must be at least 1"));
         }
@@ -1367,6 +1417,25 @@ clock_margin_ms = 200
         assert_eq!(c.snapshot, SnapshotSettings::default());
         let again = parse(&c.to_toml()).unwrap();
         assert_eq!(again, c);
+    }
+
+    #[test]
+    fn upgrade_settings_parse_and_bad_ones_are_named() {
+        let c = parse(&format!("{GOOD}\n[upgrade]\nfinalize = \"manual\"\n")).unwrap();
+        assert_eq!(c.upgrade.finalize, Finalize::Manual);
+        assert!(c.to_toml().contains("finalize = \"manual\""));
+        // A default section is not written: a config for release 0.1.0 stays readable by it.
+        assert!(!parse(GOOD).unwrap().to_toml().contains("[upgrade]"));
+        let e = parse(&format!("{GOOD}\n[upgrade]\nfinalize = \"later\"\n")).unwrap_err();
+        assert!(e.to_string().contains("finalize"), "{e}");
+        let e = parse(&format!(
+            "{GOOD}\n[upgrade]\nmixed_alert_after_ms = 999999999999\n"
+        ))
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("upgrade.mixed_alert_after_ms"),
+            "{e}"
+        );
     }
 
     #[test]

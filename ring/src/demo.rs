@@ -372,6 +372,7 @@ impl Demo {
                 snapshot: SnapshotSettings::default(),
                 log: LogSettings::default(),
                 backup: Default::default(),
+                upgrade: Default::default(),
                 tls: certs_dir.as_ref().map(|d| TlsSettings {
                     files: tls_files(d, &Identity::new(Role::Member, &m.name).expect("valid")),
                     reload_interval_ms: 1_000,

@@ -13,10 +13,13 @@
 //!    `suspect` -> `lost`, and back) is committed as an event.
 //! 4. **Heal**: propose what [`crate::core::controller::decide`] says: move the control planes
 //!    of lost members, place unplaced ones, release fences, record what serves.
+//! 5. **Raise the ring's version** once every member of the configuration runs a binary that
+//!    supports the next one, unless the operator holds it (`ringctl upgrade hold`, or
+//!    `[upgrade] finalize = "manual"`; see [`crate::upgrade`]).
 //!
 //! And what any other member does:
 //!
-//! 5. **Check it still belongs**: a member that has heard from no leader for `member_lost_ms`
+//! 6. **Check it still belongs**: a member that has heard from no leader for `member_lost_ms`
 //!    pings its peers. A peer refuses a retired id with "member-removed", which stops `ringd`
 //!    (a removed learner would otherwise never find out: nobody sends it anything any more).
 //!
@@ -32,7 +35,7 @@ use openraft::type_config::async_runtime::watch::WatchReceiver;
 use tokio::sync::watch;
 use tracing::Instrument as _;
 
-use crate::config::Timing;
+use crate::config::{Finalize, Timing};
 use crate::core::health::judge;
 use crate::core::{Command, MemberSpec, Proposal, Role};
 use crate::leases::LeaseDesk;
@@ -64,6 +67,7 @@ pub struct Duties {
     last_probe: Option<Instant>,
     started: Instant,
     seen_leader: Option<(Option<NodeId>, u64)>,
+    finalize: Finalize,
 }
 
 /// The parts of a running member the duties work with.
@@ -80,6 +84,8 @@ pub struct Parts {
     pub contact: LeaderContact,
     /// Leases and what the leader observed.
     pub desk: std::sync::Arc<LeaseDesk>,
+    /// When the ring's version is raised.
+    pub finalize: Finalize,
 }
 
 impl Duties {
@@ -99,6 +105,7 @@ impl Duties {
             network,
             contact,
             desk,
+            finalize,
         } = parts;
         Self {
             me,
@@ -115,6 +122,7 @@ impl Duties {
             last_probe: None,
             started: Instant::now(),
             seen_leader: None,
+            finalize,
         }
     }
 
@@ -124,6 +132,14 @@ impl Duties {
 
     async fn propose(&self, command: Command, reason: String) {
         let action = command.action();
+        // The gate of rolling upgrades: nothing a member of an older release cannot read.
+        if let Err(e) = self
+            .state
+            .read(|a| a.state.settings.ring_version.admits(&command))
+        {
+            tracing::error!(action, "duty not proposed: {e}");
+            return;
+        }
         let proposal = Proposal {
             command,
             at_ms: crate::time::unix_ms(),
@@ -295,6 +311,47 @@ impl Duties {
             last = decisions.clone();
             self.propose_all(decisions).await;
         }
+
+        // 5. Raise the ring's version.
+        self.raise_ring_version(&in_raft, &members).await;
+    }
+
+    /// Proposes the next ring version once every member of the configuration (voters,
+    /// learners, and registered members not in it yet) reported a binary that supports it,
+    /// unless it is held.
+    async fn raise_ring_version(
+        &self,
+        in_raft: &BTreeSet<NodeId>,
+        members: &std::collections::BTreeMap<NodeId, crate::core::Member>,
+    ) {
+        let reports = self.desk.reports();
+        let mut names: std::collections::BTreeMap<NodeId, String> = in_raft
+            .iter()
+            .map(|id| (*id, format!("member {id}")))
+            .collect();
+        names.extend(members.values().map(|m| (m.id, m.name.clone())));
+        reports.retain(&names.keys().copied().collect());
+        let version = self.state.read(|a| a.state.settings.ring_version.clone());
+        if self.finalize == Finalize::Manual || version.held.is_some() {
+            return;
+        }
+        // Only reports of the last two leases count: a member restarted on an older binary,
+        // or gone silent, holds the version back until it is heard from again.
+        let fresh = reports.fresh(Duration::from_millis(
+            self.timing.lease_ms * crate::upgrade::FRESH_LEASES,
+        ));
+        let Ok(next) = crate::upgrade::next_version(version.active, &names, &fresh) else {
+            return;
+        };
+        tracing::info!(
+            "every member runs a binary that supports ring version {next}: raising it from {}",
+            version.active
+        );
+        self.propose(
+            Command::SetRingVersion { version: next },
+            format!("every member runs a binary that supports ring version {next}"),
+        )
+        .await;
     }
 
     /// Proposes `decisions` together.

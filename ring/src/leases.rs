@@ -37,6 +37,7 @@ use crate::core::renewal::{self, Arrival, RenewRound};
 use crate::raft::service::RenewHandler;
 use crate::raft::types::{RenewReply, RenewRequest};
 use crate::raft::{NodeId, RaftNode, StateMachineStore};
+use crate::upgrade::Reports;
 
 struct Inner {
     observations: Observations,
@@ -62,11 +63,19 @@ pub struct LeaseDesk {
     news: tokio::sync::Notify,
     /// Renewals answered with a grant (for `/metrics`: the leader's load at rest).
     renewals: Arc<AtomicU64>,
+    /// The binaries members report with their renewals.
+    reports: Arc<Reports>,
 }
 
 impl LeaseDesk {
     /// The desk of member `me`.
-    pub fn new(me: NodeId, raft: RaftNode, state: StateMachineStore, policy: Policy) -> Self {
+    pub fn new(
+        me: NodeId,
+        raft: RaftNode,
+        state: StateMachineStore,
+        policy: Policy,
+        reports: Arc<Reports>,
+    ) -> Self {
         Self {
             me,
             raft,
@@ -81,6 +90,7 @@ impl LeaseDesk {
             }),
             news: tokio::sync::Notify::new(),
             renewals: Arc::default(),
+            reports,
         }
     }
 
@@ -93,6 +103,11 @@ impl LeaseDesk {
     /// wake-up covers everything before it.
     pub async fn news(&self) {
         self.news.notified().await;
+    }
+
+    /// What the members report about their binaries (see [`crate::upgrade`]).
+    pub fn reports(&self) -> &Arc<Reports> {
+        &self.reports
     }
 
     /// The policy.
@@ -116,6 +131,8 @@ impl LeaseDesk {
         inner.last_renewal.clear();
         inner.earlier_leader.clear();
         inner.rounds.clear();
+        drop(inner);
+        self.reports.reset();
     }
 
     /// How long, at least, no leader of a term below `term` can have granted a lease, by the
@@ -161,6 +178,7 @@ impl LeaseDesk {
             )));
         }
         let arrived = Instant::now();
+        self.reports.record(from, request.version.clone());
         {
             let mut inner = self.lock();
             // Any copy is contact, however late.
@@ -320,6 +338,7 @@ impl LeaseDesk {
             lease_ms: self.policy.lease_ms,
             applied_index,
             replicas,
+            versions: self.reports.view().versions,
         })
     }
 }

@@ -14,6 +14,7 @@
 //! | [`raft`] | openraft glue: type config, redb storage, peer network and service | disk, network |
 //! | [`tls`] | mutual TLS: identities, certificates, hot reload | files, network |
 //! | [`secret`] | secrets from files or the environment, never printed | files |
+//! | [`version`] | this build's release, commit and the ring versions it runs at | none |
 //! | [`durable`] | fsync of directories, so new and renamed files survive a crash | files |
 //! | [`admin`] | the Admin gRPC service and its client | network |
 //! | [`config`] | `ringd`'s TOML configuration | reads one file |
@@ -21,6 +22,7 @@
 //! | [`logging`] | `ringd`'s log lines, text or JSON, with member, control plane and epoch | stderr |
 //! | [`membership`] | serialized, idempotent Raft configuration changes | raft |
 //! | [`duties`] | what the leader does on its own: registry, membership, health, the controller's decisions | raft |
+//! | [`upgrade`] | rolling upgrades: which binary each member runs, whether the ring is mixed | none |
 //! | [`leases`] | the leader's side of leases: renewals, observations | raft |
 //! | [`agent`] | every member's agent: lease renewal, workloads through a driver and `ring-guard` | processes |
 //! | [`introspection`] | gRPC health checking and server reflection next to the ring's services | network |
@@ -54,6 +56,8 @@ pub mod recovery;
 pub mod secret;
 pub mod time;
 pub mod tls;
+pub mod upgrade;
+pub mod version;
 
 /// Generated gRPC code for package `gardenring.v1` (see `proto/`).
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

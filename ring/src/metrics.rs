@@ -228,6 +228,10 @@ pub struct Sources {
     pub contact: crate::raft::contact::LeaderContact,
     /// The followers this member found diverged while it led.
     pub diverged: crate::raft::divergence::Diverged,
+    /// What the members report about their binaries.
+    pub upgrade: Arc<crate::upgrade::Reports>,
+    /// `upgrade.mixed_alert_after_ms`.
+    pub mixed_alert_after_ms: u64,
 }
 
 impl Sources {
@@ -444,6 +448,13 @@ impl Sources {
             render_certificates(&mut out, &tls.status(), now_ms);
         }
         render_gaps(&mut out, &self.contact.gaps());
+        let active = self.state.read(|a| a.state.settings.ring_version.active);
+        render_upgrade(
+            &mut out,
+            active,
+            &self.upgrade.view(),
+            self.mixed_alert_after_ms,
+        );
         let gc = self.backups.gc_totals();
         let _ = writeln!(
             out,
@@ -462,6 +473,32 @@ impl Sources {
 /// The `garden_ring_backup_*` families (declared also without samples), one sample per control
 /// plane in `reports`, ages at `now_ms` (Unix).
 /// A gauge `garden_ring_<name>{control_plane,host}` of every control plane: 1 where `on`.
+/// This build, the ring's version, and whether a rolling upgrade was left half done.
+fn render_upgrade(out: &mut String, active: u32, view: &crate::upgrade::View, alert_after_ms: u64) {
+    let this = crate::version::this_member();
+    let mixed_ms = u64::try_from(view.mixed_for.as_millis()).unwrap_or(u64::MAX);
+    let _ = writeln!(
+        out,
+        "# HELP garden_ring_build_info This member's binary: release, commit and the ring versions it runs at.\n# TYPE garden_ring_build_info gauge\n\
+         garden_ring_build_info{{release=\"{}\",commit=\"{}\",ring_min=\"{}\",ring_max=\"{}\"}} 1\n\
+         # HELP garden_ring_ring_version The ring's active version (what members may exchange).\n# TYPE garden_ring_ring_version gauge\n\
+         garden_ring_ring_version {active}\n\
+         # HELP garden_ring_ring_mixed 1 while the members run binaries of different releases (as the leader heard).\n# TYPE garden_ring_ring_mixed gauge\n\
+         garden_ring_ring_mixed {}\n\
+         # HELP garden_ring_ring_mixed_seconds How long the members have run binaries of different releases (0: not mixed).\n# TYPE garden_ring_ring_mixed_seconds gauge\n\
+         garden_ring_ring_mixed_seconds {}\n\
+         # HELP garden_ring_ring_mixed_too_long 1 when the ring has been mixed for longer than upgrade.mixed_alert_after_ms: a rolling upgrade left half done.\n# TYPE garden_ring_ring_mixed_too_long gauge\n\
+         garden_ring_ring_mixed_too_long {}",
+        this.binary,
+        this.commit,
+        this.ring.min,
+        this.ring.max,
+        u8::from(view.mixed),
+        mixed_ms as f64 / 1000.0,
+        u8::from(view.mixed && mixed_ms > alert_after_ms),
+    );
+}
+
 fn host_gauge(
     out: &mut String,
     state: &RingState,

@@ -240,6 +240,8 @@ struct Consensus {
     network: PeerNetwork,
     /// Whether the log's disk has room (see [`crate::raft::disk`]).
     disk: DiskHealth,
+    /// The data directory's database (the ring version it records).
+    db: Arc<redb::Database>,
 }
 
 /// The long-running tasks of a member and the switch that stops them.
@@ -341,6 +343,7 @@ impl Member {
             pool,
             network,
             disk,
+            db: _,
         } = consensus;
         tasks.spawn(fail_stop(raft.clone(), tasks.stopped.clone()));
         let contact = LeaderContact::default();
@@ -351,11 +354,13 @@ impl Member {
             config.placement.capacity,
         )
         .with_etcd_replace_after_ms(config.placement.etcd_replace_after_ms);
+        let reports = Arc::new(crate::upgrade::Reports::default());
         let desk = Arc::new(LeaseDesk::new(
             id,
             raft.clone(),
             state.clone(),
             policy.clone(),
+            reports.clone(),
         ));
         let renewals = desk.renewals();
         let membership = MembershipChanger::new(raft.clone());
@@ -392,7 +397,14 @@ impl Member {
             )
             .with_dns(config.dns.ttl_s, keeper.status())
             .with_disk(disk.clone())
-            .with_limits(config.admin.clone()),
+            .with_limits(config.admin.clone())
+            .with_upgrade(crate::admin::upgrade::Upgrade {
+                reports: reports.clone(),
+                finalize: config.upgrade.finalize,
+                fresh: std::time::Duration::from_millis(
+                    config.timing.lease_ms * crate::upgrade::FRESH_LEASES,
+                ),
+            }),
         );
         let peer = PeerService::new(
             id,
@@ -421,6 +433,7 @@ impl Member {
                     network: network.clone(),
                     contact: contact.clone(),
                     desk: desk.clone(),
+                    finalize: config.upgrade.finalize,
                 },
             ),
             tasks.stopped.clone(),
@@ -460,6 +473,8 @@ impl Member {
                     tls: security.store().cloned(),
                     contact: contact.clone(),
                     diverged: pool.diverged().clone(),
+                    upgrade: reports.clone(),
+                    mixed_alert_after_ms: config.upgrade.mixed_alert_after_ms,
                 },
                 tasks.stopped.clone(),
             ));
@@ -574,13 +589,14 @@ impl Consensus {
             .map_err(|e| StartError::Raft(format!("cannot start the log store: {e}")))?;
         let disk = log_store.disk_health();
         let counters = Arc::new(crate::metrics::Counters::default());
-        let state = StateMachineStore::open(db)
+        let state = StateMachineStore::open(db.clone())
             .await
             .map_err(|e| StartError::Raft(format!("cannot load the state machine: {e}")))?
             .with_observer(counters.clone());
         let pool = Arc::new(PeerPool::new(acquired.security.clone()));
         // Requests carry this member's ring generation from before the first one is sent.
         pool.set_generation(state.read(|a| a.state.generation()));
+        pool.set_codec(state.read(|a| a.state.settings.ring_version.active));
         let network = PeerNetwork::new(id, pool.clone());
         let raft = RaftNode::new(
             id,
@@ -598,6 +614,7 @@ impl Consensus {
             pool,
             network,
             disk,
+            db: acquired.db.clone(),
         })
     }
 }
@@ -664,6 +681,12 @@ fn start_maintenance(
     tasks.spawn(keep_generation(
         consensus.state.clone(),
         consensus.pool.clone(),
+        tasks.stopped.clone(),
+    ));
+    tasks.spawn(keep_ring_version(
+        consensus.state.clone(),
+        consensus.pool.clone(),
+        consensus.db.clone(),
         tasks.stopped.clone(),
     ));
     if let Some(store) = security.store() {
@@ -812,6 +835,40 @@ async fn follow_revocations(
     let mut applied = state.watch_applied();
     loop {
         state.read(|a| revocations.set_ring(&a.state.revoked));
+        tokio::select! {
+            changed = applied.changed() => if changed.is_err() { return },
+            _ = stopped.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Keeps the codec the peer messages carry equal to the applied state's ring version, and
+/// records a raised version in the data directory, so that a binary of an older release
+/// refuses to open it (see [`crate::raft::codec`]).
+async fn keep_ring_version(
+    state: StateMachineStore,
+    pool: Arc<PeerPool>,
+    db: Arc<redb::Database>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut applied = state.watch_applied();
+    let mut recorded = 0;
+    loop {
+        let active = state.read(|a| a.state.settings.ring_version.active);
+        pool.set_codec(active);
+        if active != recorded {
+            let db = db.clone();
+            match tokio::task::spawn_blocking(move || storage::record_codec(&db, active)).await {
+                Ok(Ok(())) => {
+                    if recorded != 0 {
+                        tracing::info!("the ring runs at version {active} now");
+                    }
+                    recorded = active;
+                }
+                Ok(Err(e)) => tracing::warn!("cannot record ring version {active}: {e}"),
+                Err(e) => tracing::warn!("cannot record ring version {active}: {e}"),
+            }
+        }
         tokio::select! {
             changed = applied.changed() => if changed.is_err() { return },
             _ = stopped.wait_for(|s| *s) => return,

@@ -71,6 +71,30 @@ pub fn missing_tool(what: &str, advice: &str) {
     println!("SKIPPED: {what} is missing ({advice}); under CI=true this fails the test");
 }
 
+/// The directory holding the previous release's `ringd`, `ring-guard` and `ringctl`
+/// (`scripts/previous-release.sh` builds and caches them; `GARDEN_RING_PREVIOUS_BIN_DIR`
+/// overrides), or `None` when they are not built: then [`missing_tool`] has said so (and
+/// failed the test under CI).
+pub fn previous_release() -> Option<PathBuf> {
+    if let Ok(dir) = std::env::var("GARDEN_RING_PREVIOUS_BIN_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/previous-release.sh");
+    let out = Command::new(&script).arg("--print-dir").output();
+    match out {
+        Ok(o) if o.status.success() => Some(PathBuf::from(
+            String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        )),
+        _ => {
+            missing_tool(
+                "the previous release's binaries",
+                "build them with scripts/previous-release.sh (scripts/test.sh does)",
+            );
+            None
+        }
+    }
+}
+
 /// Free loopback ports, held until [`Ports::release`] so two calls cannot hand out the same one.
 ///
 /// Under nextest every running test has a slot number (`NEXTEST_TEST_GLOBAL_SLOT`, unique
@@ -309,6 +333,9 @@ pub struct Proc {
     pub security: Security,
     /// Environment variables set for it (e.g. an `LD_PRELOAD` fault injector).
     pub env: Vec<(String, String)>,
+    /// The `ringd` binary it starts: `None` for this tree's ([`binary`]), or another release's
+    /// (see [`previous_release`]); its `ring-guard` is the one next to it.
+    pub ringd: Option<PathBuf>,
     /// The running process; `None` before the first start and once it stopped.
     child: Option<LoggedChild>,
 }
@@ -342,7 +369,7 @@ impl Proc {
         std::fs::write(&self.config_path, self.config.to_toml()).expect("write config");
         let child = LoggedChild::spawn(
             format!("ringd {}", self.config.name),
-            Command::new(binary("ringd"))
+            Command::new(self.ringd.clone().unwrap_or_else(|| binary("ringd")))
                 .arg("--config")
                 .arg(&self.config_path)
                 .env("RUST_LOG", "")
@@ -476,6 +503,7 @@ pub fn member_config_named(
         id,
         tls,
         backup: Default::default(),
+        upgrade: Default::default(),
         dns: match &options.dns {
             TestDns::Unserved | TestDns::Builtin => DnsSettings {
                 zone: Some(TEST_ZONE.into()),
@@ -633,6 +661,7 @@ impl Ring {
             security: security.clone(),
             config,
             env: Vec::new(),
+            ringd: None,
             child: None,
         }
     }
@@ -673,6 +702,7 @@ impl Ring {
             security: self.security.clone(),
             config,
             env: Vec::new(),
+            ringd: None,
             child: None,
         });
         self.procs.len() - 1

@@ -168,6 +168,7 @@ impl LocalRing {
                 snapshot: SnapshotSettings::default(),
                 log: LogSettings::default(),
                 backup: spec.backup.clone(),
+                upgrade: Default::default(),
                 tls: Some(TlsSettings {
                     files: garden_ring::demo::tls_files(
                         certs,

@@ -431,6 +431,18 @@ pub enum Command {
         /// Paused or not.
         paused: bool,
     },
+    /// Raises the ring's active version by one (see [`crate::ring_version`]); proposed once
+    /// every member of the configuration runs a binary that supports it. Ring version 2.
+    SetRingVersion {
+        /// The new active version: the active one plus one.
+        version: u32,
+    },
+    /// Holds the ring at its active version (the leader then raises it only when the operator
+    /// finalizes), or releases the hold. The reason is the proposal's. Ring version 2.
+    HoldUpgrade {
+        /// Held or released.
+        held: bool,
+    },
     /// Disaster recovery: the ring restarts from one member's state with that member as its
     /// only member. Never proposed through Raft (a majority is gone, nothing could commit):
     /// `ringd recover` and `ringctl snapshot restore` apply it offline with
@@ -491,6 +503,9 @@ impl Command {
             Command::UnrevokeCertificate { .. } => "cert.unrevoke",
             Command::SetPaused { paused: true } => "ring.pause",
             Command::SetPaused { paused: false } => "ring.resume",
+            Command::SetRingVersion { .. } => "ring.version",
+            Command::HoldUpgrade { held: true } => "ring.upgrade-hold",
+            Command::HoldUpgrade { held: false } => "ring.upgrade-release",
             Command::Recover { .. } => "ring.recover",
         }
     }
@@ -694,7 +709,10 @@ impl Command {
                 }
                 Ok(())
             }
-            Command::SetPaused { .. } => Ok(()),
+            // The version's step is checked against the state (`RingVersion::admits`).
+            Command::SetPaused { .. }
+            | Command::HoldUpgrade { .. }
+            | Command::SetRingVersion { .. } => Ok(()),
             Command::Recover {
                 survivor,
                 removed,

@@ -411,6 +411,27 @@ pub enum CommandError {
         /// The step reported.
         reported: String,
     },
+    /// A command introduced at a newer ring version than the active one: some member might
+    /// not decode it (see [`crate::ring_version`]).
+    #[error(
+        "{action} needs ring version {needed}; the ring runs at version {active} (members of older releases could not read it): finalize the upgrade first (`ringctl upgrade finalize`)"
+    )]
+    RingVersionTooLow {
+        /// The command's action (as history names it).
+        action: String,
+        /// The version that introduced it.
+        needed: u32,
+        /// The ring's active version.
+        active: u32,
+    },
+    /// A ring version change that is not one step up from the active version.
+    #[error("the ring runs at version {active}; it can only be raised to {}, not {asked}", active + 1)]
+    RingVersionStep {
+        /// The active version.
+        active: u32,
+        /// The version asked for.
+        asked: u32,
+    },
 }
 
 /// Why a member cannot host a new control plane.
@@ -511,6 +532,8 @@ impl CommandError {
             CommandError::UnexpectedReport { .. } => "unexpected_report",
             CommandError::NoMigration { .. } => "no_migration",
             CommandError::MigrationStepOutOfOrder { .. } => "migration_step_out_of_order",
+            CommandError::RingVersionTooLow { .. } => "ring_version_too_low",
+            CommandError::RingVersionStep { .. } => "ring_version_step",
         }
     }
 

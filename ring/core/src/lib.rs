@@ -39,6 +39,8 @@
 //! - [`backup_chain`]: which full and delta snapshots a restore applies.
 //! - [`dns_records`]: the DNS records the ring wants, a function of the state.
 //! - [`revocation`]: certificates the ring refuses although its CA signed them.
+//! - [`ring_version`]: the ring's active version, what each version admits, and when it may
+//!   be raised (rolling upgrades).
 //! - [`vec_map`]: [`VecMap`](vec_map::VecMap), the small sorted map a control plane keeps its
 //!   endpoints in.
 
@@ -63,6 +65,7 @@ pub mod operator;
 pub mod placement;
 pub mod renewal;
 pub mod revocation;
+pub mod ring_version;
 pub mod state;
 #[cfg(test)]
 pub(crate) mod testing;

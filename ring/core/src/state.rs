@@ -27,6 +27,7 @@ use super::migration::{Migration, MigrationReport, MigrationStep};
 use super::names::check_name_in_zone;
 use super::placement::{self, Roster};
 use super::revocation::{MAX_REVOKED, Revocation};
+use super::ring_version::RingVersion;
 
 /// Ring-wide settings.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,6 +42,10 @@ pub struct RingSettings {
     /// (see [`RingState::generation`]).
     #[serde(default)]
     pub recoveries: u64,
+    /// The ring's version (see [`crate::ring_version`]). Not stored while it is version 1
+    /// without a hold, so a state of that version encodes exactly as release 0.1.0's.
+    #[serde(default, skip_serializing_if = "RingVersion::is_initial")]
+    pub ring_version: RingVersion,
 }
 
 /// The replicated state of a ring, version 1.
@@ -407,6 +412,7 @@ impl RingState {
 
     fn apply_checked(&mut self, index: u64, proposal: &Proposal) -> Result<(), CommandError> {
         proposal.validate()?;
+        self.settings.ring_version.admits(&proposal.command)?;
         let subject = subject(self, &proposal.command);
         let detail = match &proposal.command {
             Command::Bootstrap { members, dns_zone } => match self.bootstrap(members, dns_zone)? {
@@ -526,6 +532,23 @@ impl RingState {
                 reason,
             } => self.revoke(issuer, serial, subject, reason, proposal)?,
             Command::UnrevokeCertificate { issuer, serial } => self.unrevoke(issuer, serial)?,
+            Command::SetRingVersion { version } => {
+                let from = self.settings.ring_version.active;
+                self.settings.ring_version = RingVersion {
+                    active: *version,
+                    held: None,
+                };
+                format!("ring version {from} -> {version}")
+            }
+            Command::HoldUpgrade { held } => {
+                let version = &mut self.settings.ring_version;
+                version.held = held.then(|| proposal.reason.clone());
+                if *held {
+                    format!("held at ring version {}", version.active)
+                } else {
+                    format!("hold on ring version {} released", version.active)
+                }
+            }
             Command::SetPaused { paused } => {
                 self.settings.paused = *paused;
                 if *paused {
@@ -2126,9 +2149,11 @@ fn subject(state: &RingState, command: &Command) -> String {
             .unwrap_or_else(|| format!("member {id}"))
     };
     match command {
-        Command::Bootstrap { .. } | Command::SetPaused { .. } | Command::Recover { .. } => {
-            "ring".into()
-        }
+        Command::Bootstrap { .. }
+        | Command::SetPaused { .. }
+        | Command::SetRingVersion { .. }
+        | Command::HoldUpgrade { .. }
+        | Command::Recover { .. } => "ring".into(),
         Command::RevokeCertificate {
             serial, subject, ..
         } if !subject.is_empty() => format!("certificate {serial} ({subject})"),

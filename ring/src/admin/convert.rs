@@ -21,6 +21,7 @@ pub fn member(m: &Member) -> pb::Member {
         // Set by the service, which knows the certificates members presented.
         certificate_revoked: String::new(),
         diverged: String::new(),
+        binary: None,
     }
 }
 

@@ -14,6 +14,7 @@ pub mod convert;
 pub mod freshness;
 pub mod limits;
 pub mod service;
+pub mod upgrade;
 
 pub use client::{AdminClient, ClientError};
 pub use service::AdminService;

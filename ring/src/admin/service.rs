@@ -73,6 +73,7 @@ pub struct AdminService {
     reads: Reads,
     disk: crate::raft::disk::DiskHealth,
     limits: Arc<super::limits::IdentityLimits>,
+    upgrade: super::upgrade::Upgrade,
 }
 
 /// The Admin server with its interceptor (admits admin and viewer certificates only).
@@ -113,7 +114,14 @@ impl AdminService {
             reads,
             disk: Default::default(),
             limits: super::limits::IdentityLimits::new(Default::default()),
+            upgrade: Default::default(),
         }
+    }
+
+    /// Where members' binaries are reported, and when the version is raised (`[upgrade]`).
+    pub fn with_upgrade(mut self, upgrade: super::upgrade::Upgrade) -> Self {
+        self.upgrade = upgrade;
+        self
     }
 
     /// Limits each client identity as `settings` says (`[admin]`).
@@ -297,6 +305,9 @@ impl AdminService {
             reason,
         };
         proposal.validate().map_err(|e| command_error(&e))?;
+        // The gate of rolling upgrades: nothing a member of an older release cannot read.
+        self.read(|a| a.state.settings.ring_version.admits(&proposal.command))
+            .map_err(|e| command_error(&e))?;
         let size = serde_json::to_vec(&proposal)
             .map(|v| v.len())
             .unwrap_or(usize::MAX);
@@ -372,7 +383,13 @@ impl AdminService {
                 labels: BTreeMap::new(),
                 certificate_revoked: String::new(),
                 diverged: String::new(),
+                binary: None,
             });
+        }
+        for (id, version) in self.upgrade.versions() {
+            if let Some(m) = out.get_mut(&id) {
+                m.binary = Some(super::upgrade::binary(&version));
+            }
         }
         for (id, d) in self.transport.pool.diverged().all() {
             if let Some(m) = out.get_mut(&id) {
@@ -751,6 +768,7 @@ impl Admin for AdminService {
                 }
             })?;
         let applied = self.read(Clone::clone);
+        let applied_codec = applied.state.settings.ring_version.active;
         let name = applied
             .state
             .members
@@ -778,7 +796,7 @@ impl Admin for AdminService {
             taken_unix_ms: crate::time::unix_ms(),
             total_bytes: body.len() as u64,
             sha256: crate::tls::material::sha256_hex(&body),
-            codec: crate::raft::codec::CODEC_VERSION,
+            codec: applied_codec,
             snapshot_format: crate::raft::state_machine::SNAPSHOT_FORMAT,
         };
         tracing::info!(actor = %caller.actor, index, term, bytes = body.len(), "snapshot saved by an operator");
@@ -804,20 +822,22 @@ impl Admin for AdminService {
         let (_, _in_flight) = self.admit(&request, Access::Read)?;
         let freshness = self.reads.linearize(request.get_ref().stale).await;
         let m = self.metrics();
-        let (members, control_planes, paused, applied_index, dns_zone) = self.read(|a| {
-            (
-                self.members(a),
-                a.state
-                    .control_planes
-                    .values()
-                    .map(Box::as_ref)
-                    .map(|cp| control_plane(cp, &a.state))
-                    .collect(),
-                a.state.settings.paused,
-                a.applied_index(),
-                a.state.settings.dns_zone.clone().unwrap_or_default(),
-            )
-        });
+        let (members, control_planes, paused, applied_index, dns_zone, ring_version) =
+            self.read(|a| {
+                (
+                    self.members(a),
+                    a.state
+                        .control_planes
+                        .values()
+                        .map(Box::as_ref)
+                        .map(|cp| control_plane(cp, &a.state))
+                        .collect(),
+                    a.state.settings.paused,
+                    a.applied_index(),
+                    a.state.settings.dns_zone.clone().unwrap_or_default(),
+                    self.upgrade.status(&a.state),
+                )
+            });
         Ok(Response::new(pb::StatusResponse {
             leader_id: m.current_leader.unwrap_or(0),
             term: m.current_term,
@@ -831,6 +851,7 @@ impl Admin for AdminService {
             dns_zone,
             problem: self.problem(&m),
             freshness: Some(freshness),
+            ring_version: Some(ring_version),
         }))
     }
 
@@ -1214,6 +1235,36 @@ impl Admin for AdminService {
         }))
     }
 
+    async fn upgrade_hold(
+        &self,
+        request: Request<pb::UpgradeHoldRequest>,
+    ) -> Result<Response<pb::UpgradeResponse>, Status> {
+        let (caller, _in_flight) = self.admit(&request, Access::Write)?;
+        to_leader!(self, request, caller, "UpgradeHold");
+        let req = request.into_inner();
+        let command = self.read(|a| super::upgrade::Upgrade::hold(&a.state, req.held))?;
+        let index = self.propose(caller.actor, req.reason, command).await?;
+        Ok(Response::new(pb::UpgradeResponse {
+            ring_version: Some(self.read(|a| self.upgrade.status(&a.state))),
+            index,
+        }))
+    }
+
+    async fn upgrade_finalize(
+        &self,
+        request: Request<pb::UpgradeFinalizeRequest>,
+    ) -> Result<Response<pb::UpgradeResponse>, Status> {
+        let (caller, _in_flight) = self.admit(&request, Access::Write)?;
+        to_leader!(self, request, caller, "UpgradeFinalize");
+        let req = request.into_inner();
+        let command = self.read(|a| self.upgrade.finalize(&a.state))?;
+        let index = self.propose(caller.actor, req.reason, command).await?;
+        Ok(Response::new(pb::UpgradeResponse {
+            ring_version: Some(self.read(|a| self.upgrade.status(&a.state))),
+            index,
+        }))
+    }
+
     async fn member_cordon(
         &self,
         request: Request<pb::MemberCordonRequest>,
@@ -1501,6 +1552,8 @@ impl ForwardHandler for AdminService {
                 }
                 "LeaderTransfer" => run!(leader_transfer, pb::LeaderTransferRequest),
                 "SetPaused" => run!(set_paused, pb::SetPausedRequest),
+                "UpgradeHold" => run!(upgrade_hold, pb::UpgradeHoldRequest),
+                "UpgradeFinalize" => run!(upgrade_finalize, pb::UpgradeFinalizeRequest),
                 "MemberCordon" => run!(member_cordon, pb::MemberCordonRequest),
                 "MemberLabel" => run!(member_label, pb::MemberLabelRequest),
                 "Move" => run!(r#move, pb::MoveRequest),

@@ -283,6 +283,7 @@ impl Agent {
                 etcd_changes: self.workloads.etcd_changes(),
                 etcd_ids: self.workloads.etcd_ids(),
                 problems: self.workloads.problems(),
+                version: Some(crate::version::this_member()),
             })
             .await;
         let reply = match reply {
@@ -304,6 +305,10 @@ impl Agent {
             }
         };
         self.reported_healthy = healthy;
+        // What the leader knows of the members' binaries (its own reports, when it leads).
+        if self.raft.metrics().borrow_watched().current_leader != Some(self.me) {
+            self.desk.reports().learn(reply.versions);
+        }
         let grant = Grant {
             sent_at_ms,
             lease_ms: reply.lease_ms.min(self.timing.lease_ms),

@@ -28,7 +28,7 @@ use garden_ring::node::Member;
 #[derive(Debug, Parser)]
 #[command(
     name = "ringd",
-    version,
+    version = garden_ring::version::LONG,
     about,
     long_about,
     subcommand_negates_reqs = true,

@@ -8,8 +8,25 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-/// Version of the encoding; bumped when the format changes.
-pub const CODEC_VERSION: u32 = 1;
+/// The codec of ring version 1 (release 0.1.0), what a new data directory starts with.
+///
+/// A member sends its ring's active version (see [`crate::core::ring_version`]) as the codec
+/// number of every peer message and stores it in its data directory; release 0.1.0 accepts
+/// codec 1 only, so once the ring's version is raised it can neither talk to the ring nor
+/// open a data directory the newer binary wrote, and says so naming both numbers.
+pub const CODEC_VERSION: u32 = crate::core::ring_version::INITIAL_RING_VERSION;
+
+/// Whether this build reads peer messages and data of codec `codec`: those of every ring
+/// version it runs at.
+pub fn reads(codec: u32) -> bool {
+    crate::core::ring_version::Supported::THIS_BUILD.runs(codec)
+}
+
+/// The codecs this build reads, in words: `1-2`.
+pub fn readable() -> String {
+    let s = crate::core::ring_version::Supported::THIS_BUILD;
+    format!("{}-{}", s.min, s.max)
+}
 
 /// A value could not be encoded or decoded.
 #[derive(Debug, thiserror::Error)]

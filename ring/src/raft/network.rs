@@ -27,7 +27,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tonic::transport::Channel;
 
-use super::codec::{CODEC_VERSION, decode, encode};
+use super::codec::{decode, encode, readable, reads};
 use super::divergence::{Acknowledged, Diverged, conflict_after_ack};
 use super::types::{
     MemberNode, NodeId, PingReply, ReadIndexReply, RenewReply, RenewRequest, SnapshotData,
@@ -94,6 +94,8 @@ pub struct PeerPool {
     diverged: Diverged,
     /// This member's ring generation (`RingState::generation`), sent with every request.
     generation: AtomicU64,
+    /// The ring's active version (the applied state's), sent with every message as its codec.
+    codec: std::sync::atomic::AtomicU32,
 }
 
 impl PeerPool {
@@ -106,7 +108,18 @@ impl PeerPool {
             removed: watch::channel(None).0,
             diverged: Diverged::default(),
             generation: AtomicU64::new(0),
+            codec: std::sync::atomic::AtomicU32::new(super::codec::CODEC_VERSION),
         }
+    }
+
+    /// Sets the codec the messages carry: the ring's active version (from the applied state).
+    pub fn set_codec(&self, codec: u32) {
+        self.codec.store(codec, Ordering::Relaxed);
+    }
+
+    /// The codec the messages carry.
+    pub fn codec(&self) -> u32 {
+        self.codec.load(Ordering::Relaxed)
     }
 
     /// Sets the ring generation the requests carry (from the applied state).
@@ -357,7 +370,7 @@ impl PeerClient {
         Ok(pb::RaftMessage {
             from: self.me,
             to: self.target,
-            codec: CODEC_VERSION,
+            codec: self.pool.codec(),
             payload,
             generation: self.pool.generation(),
         })
@@ -384,10 +397,14 @@ impl PeerClient {
         what: &'static str,
     ) -> Result<T, CallError> {
         self.pool.mark_reachable(self.target, &self.node);
-        if msg.codec != CODEC_VERSION {
+        if !reads(msg.codec) {
             return Err(CallError::Network(format!(
-                "peer {} answered with codec {} (we speak {CODEC_VERSION})",
-                self.target, msg.codec
+                "peer {} answered with codec {} (ring version {}); this release ({}) reads codecs {}",
+                self.target,
+                msg.codec,
+                msg.codec,
+                env!("CARGO_PKG_VERSION"),
+                readable()
             )));
         }
         decode(what, &msg.payload).map_err(|e| CallError::Network(e.to_string()))
@@ -791,7 +808,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             item: Some(pb::snapshot_chunk::Item::Header(pb::SnapshotHeader {
                 from: self.me,
                 to: self.target,
-                codec: CODEC_VERSION,
+                codec: self.pool.codec(),
                 meta,
                 total_bytes: snapshot.snapshot.len() as u64,
                 generation: self.pool.generation(),

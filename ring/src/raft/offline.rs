@@ -30,7 +30,7 @@ use openraft::entry::RaftEntry;
 use redb::{Database, Durability, ReadOnlyDatabase, ReadableDatabase, ReadableTable};
 
 use super::NodeId;
-use super::codec::{CODEC_VERSION, decode, encode};
+use super::codec::{decode, encode};
 use super::state_machine::{Applied, apply_entry, decode_applied, encode_body};
 use super::storage::{
     DB_FILE, KEY_CODEC, KEY_COMMITTED, KEY_LAST_PURGED, KEY_NODE_ID, KEY_SNAPSHOT_DATA,
@@ -210,7 +210,7 @@ impl OfflineDb {
                 .ok()
                 .map(u32::from_be_bytes)
         });
-        if codec != Some(CODEC_VERSION) {
+        if !codec.is_some_and(super::codec::reads) {
             return Err(OpenError::Codec {
                 path,
                 found: codec.unwrap_or(0),
@@ -454,7 +454,13 @@ pub fn create_file(path: &Path, id: NodeId, start: &StartingPoint) -> Result<(),
         txn.open_table(LOG).map_err(|e| err(&e))?;
         let mut t = txn.open_table(META).map_err(|e| err(&e))?;
         let id = id.to_be_bytes();
-        let codec = CODEC_VERSION.to_be_bytes();
+        let codec = start
+            .applied
+            .state
+            .settings
+            .ring_version
+            .active
+            .to_be_bytes();
         for (key, value) in [
             (KEY_NODE_ID, id.as_slice()),
             (KEY_CODEC, codec.as_slice()),

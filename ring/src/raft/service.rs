@@ -17,7 +17,7 @@ use openraft::raft::StreamAppendError;
 use openraft::type_config::async_runtime::watch::WatchReceiver;
 
 use super::StateMachineStore;
-use super::codec::{CODEC_VERSION, decode, encode};
+use super::codec::{decode, encode, readable, reads};
 use super::contact::{InFlight, LeaderContact};
 use super::network::{MAX_PEER_MESSAGE_BYTES, REMOVED_MARKER, removed_status};
 use super::types::{
@@ -181,18 +181,25 @@ impl PeerService {
                 self.me
             )));
         }
-        let (retired, ours) = self
-            .state
-            .read(|a| (a.state.retired_ids.contains(&from), a.state.generation()));
+        let (retired, ours, active) = self.state.read(|a| {
+            (
+                a.state.retired_ids.contains(&from),
+                a.state.generation(),
+                a.state.settings.ring_version.active,
+            )
+        });
         if retired {
             return Err(removed_status(format!(
                 "{REMOVED_MARKER}: member {from} was removed from the ring and its id is retired; \
                  wipe its data directory and add it again under a new id to rejoin"
             )));
         }
-        if codec != CODEC_VERSION {
+        if !reads(codec) {
             return Err(Status::failed_precondition(format!(
-                "message from member {from} uses codec {codec}; this member speaks {CODEC_VERSION}"
+                "message from member {from} uses codec {codec} (ring version {codec}); this \
+                 member runs release {} at ring version {active} and reads codecs {}",
+                env!("CARGO_PKG_VERSION"),
+                readable()
             )));
         }
         check_generation(from, generation, ours)
@@ -232,7 +239,7 @@ impl PeerService {
         Ok(Response::new(pb::RaftMessage {
             from: self.me,
             to,
-            codec: CODEC_VERSION,
+            codec: self.state.read(|a| a.state.settings.ring_version.active),
             payload,
             // Only requests are checked; a reply carries none.
             generation: 0,
@@ -453,7 +460,12 @@ impl pb::raft_server::Raft for PeerService {
     ) -> Result<Response<pb::ForwardReply>, Status> {
         self.check_sender(ConnInfo::of(&request), request.get_ref().from)?;
         let req = request.into_inner();
-        self.check_addressing(req.from, req.to, CODEC_VERSION, req.generation)?;
+        self.check_addressing(
+            req.from,
+            req.to,
+            super::codec::CODEC_VERSION,
+            req.generation,
+        )?;
         let response = self.handlers.forward.handle(req).await?;
         Ok(Response::new(pb::ForwardReply { response }))
     }

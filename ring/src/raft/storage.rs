@@ -78,7 +78,11 @@ pub enum OpenError {
         expected: NodeId,
     },
     /// The data was written with an encoding this binary does not read.
-    #[error("{path} uses storage encoding {found}; this ringd reads encoding {CODEC_VERSION}")]
+    #[error(
+        "{path} uses storage encoding {found} (ring version {found}); this ringd (release {}) reads encodings {}",
+        env!("CARGO_PKG_VERSION"),
+        super::codec::readable()
+    )]
     Codec {
         /// The file.
         path: PathBuf,
@@ -142,7 +146,7 @@ pub fn open(dir: &Path, id: NodeId) -> Result<Arc<Database>, OpenError> {
             .map_err(|e| db_err(&e))?
             .and_then(|v| <[u8; 4]>::try_from(v.value()).ok())
             .map(u32::from_be_bytes);
-        if codec != Some(CODEC_VERSION) {
+        if !codec.is_some_and(super::codec::reads) {
             return Err(OpenError::Codec {
                 path: path.clone(),
                 found: codec.unwrap_or(0),
@@ -151,6 +155,31 @@ pub fn open(dir: &Path, id: NodeId) -> Result<Arc<Database>, OpenError> {
     }
     txn.commit().map_err(|e| db_err(&e))?;
     Ok(Arc::new(db))
+}
+
+/// Records in the data directory that it holds data of ring version `codec` (see
+/// [`super::codec`]): an older binary then refuses to open it. Never lowers it.
+pub fn record_codec(db: &Database, codec: u32) -> Result<(), OpenError> {
+    let db_err = |e: &dyn std::fmt::Display| OpenError::Database {
+        path: PathBuf::from(DB_FILE),
+        message: e.to_string(),
+    };
+    let txn = db.begin_write().map_err(|e| db_err(&e))?;
+    {
+        let mut meta = txn.open_table(META).map_err(|e| db_err(&e))?;
+        let recorded = meta
+            .get(KEY_CODEC)
+            .map_err(|e| db_err(&e))?
+            .and_then(|v| <[u8; 4]>::try_from(v.value()).ok())
+            .map(u32::from_be_bytes);
+        if recorded.is_some_and(|r| r >= codec) {
+            return Ok(());
+        }
+        meta.insert(KEY_CODEC, codec.to_be_bytes().as_slice())
+            .map_err(|e| db_err(&e))?;
+    }
+    txn.commit().map_err(|e| db_err(&e))?;
+    Ok(())
 }
 
 /// Reads the member id recorded in a data directory, if it has one (without opening it for

@@ -156,6 +156,11 @@ pub struct RenewRequest {
     /// (see [`crate::core::renewal`]). `None` from a member that predates it.
     #[serde(default)]
     pub round: Option<crate::core::renewal::RenewRound>,
+    /// The member's binary: release, commit and the ring versions it runs at (see
+    /// [`crate::core::ring_version`]). `None` from a member that predates it (release 0.1.0,
+    /// which runs ring version 1 only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<crate::core::ring_version::MemberVersion>,
 }
 
 /// A member's last accepted contact with a leader of a term below `term`, as it sends it.
@@ -183,4 +188,9 @@ pub struct RenewReply {
     /// which run of its etcd member. Covered by the same lease.
     #[serde(default)]
     pub replicas: std::collections::BTreeMap<String, crate::core::etcd_cluster::ReplicaKey>,
+    /// The binaries of the members the leader heard from in its term (`None`: release
+    /// 0.1.0), so every member can show them. Empty from a leader that predates it.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub versions:
+        std::collections::BTreeMap<NodeId, Option<crate::core::ring_version::MemberVersion>>,
 }

@@ -57,6 +57,13 @@ pub struct FileHeader {
 }
 
 impl FileHeader {
+    /// The same header for a body of codec `codec` (the ring's active version when it was
+    /// taken).
+    pub fn with_codec(mut self, codec: u32) -> Self {
+        self.codec = codec;
+        self
+    }
+
     /// The header for `body`, a state at (`last_log_index`, `last_log_term`).
     pub fn for_body(
         body: &[u8],
@@ -118,7 +125,8 @@ pub enum FileError {
     },
     /// The file was written in a format this binary does not read.
     #[error(
-        "{path} is a format {found} snapshot file; this version reads format {FILE_FORMAT} (codec {CODEC_VERSION}, state {SNAPSHOT_FORMAT})"
+        "{path} is a format {found} snapshot file; this version reads format {FILE_FORMAT} (codecs {}, state {SNAPSHOT_FORMAT})",
+        crate::raft::codec::readable()
     )]
     Version {
         /// The file.
@@ -214,7 +222,7 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<(FileHeader, Applied), FileEr
     let header: FileHeader =
         serde_json::from_slice(&rest[..end]).map_err(|e| header_err(e.to_string()))?;
     if header.format != FILE_FORMAT
-        || header.codec != CODEC_VERSION
+        || !crate::raft::codec::reads(header.codec)
         || header.snapshot_format != SNAPSHOT_FORMAT
     {
         return Err(FileError::Version {

@@ -31,7 +31,7 @@ use serde::Serialize;
 /// directory for a one-member ring from it. When a majority is lost but one member's data
 /// survives, use `ringd recover` on that member instead.
 #[derive(Debug, Parser)]
-#[command(name = "ringctl", version, about, long_about)]
+#[command(name = "ringctl", version = garden_ring::version::LONG, about, long_about)]
 struct Cli {
     /// Client config file: endpoints, ca_file, cert_file, key_file (or insecure = true).
     #[arg(long, short = 'c', global = true, env = "RINGCTL_CONFIG")]
@@ -135,6 +135,43 @@ enum Cmd {
     /// epochs, settings and history.
     #[command(subcommand)]
     Snapshot(snapshot::SnapshotCmd),
+    /// Rolling upgrades: the ring's version, each member's binary, hold and finalize.
+    ///
+    /// Members of adjacent releases run together. The ring runs at the newest *ring version*
+    /// every member supports only once it is raised, which the leader does by itself as soon
+    /// as every member runs a binary that supports it (unless held). Until then any member
+    /// can go back to the previous release's binary; after it, older binaries cannot rejoin.
+    /// See deploy/README.md, "Upgrade, one member at a time".
+    #[command(subcommand)]
+    Upgrade(UpgradeCmd),
+}
+
+#[derive(Debug, Subcommand)]
+enum UpgradeCmd {
+    /// The ring's version, whether it is mixed, what it can be raised to, and each member's
+    /// binary.
+    Status,
+    /// Hold the ring at its version: the leader raises it only on `ringctl upgrade finalize`,
+    /// so a rollback stays possible. Needs ring version 2 or newer; for an upgrade from
+    /// release 0.1.0 set `[upgrade] finalize = "manual"` on the upgraded members instead.
+    Hold {
+        /// Why (recorded in history).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Release a hold: the leader raises the version by itself again.
+    Release {
+        /// Why (recorded in history).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Raise the ring's version by one now (held or not). Refused while some member runs a
+    /// binary without it. After it, binaries of older releases cannot rejoin: no rollback.
+    Finalize {
+        /// Why (recorded in history).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -719,6 +756,19 @@ impl From<ClientError> for Failure {
     }
 }
 
+/// An `upgrade hold|release|finalize` refusal; a member of release 0.1.0 (the leader, or the
+/// one answering) knows no such method.
+fn upgrade_refused(e: ClientError) -> Failure {
+    if e.code() == Some(tonic::Code::Unimplemented) {
+        Failure(format!(
+            "{e}\nthe leader or the answering member runs release 0.1.0, which knows no upgrade \
+             commands: upgrade it first (`ringctl upgrade status` shows each member's release)"
+        ))
+    } else {
+        e.into()
+    }
+}
+
 /// `KEY=VALUE` arguments as a map (the ring checks the keys and values).
 fn label_map(labels: &[String]) -> Result<BTreeMap<String, String>, Failure> {
     let mut map = BTreeMap::new();
@@ -1179,6 +1229,40 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Cmd::Switchover(args) => moves(&client, out, pb::MoveKind::Switchover, args).await?,
         Cmd::Failover(args) => moves(&client, out, pb::MoveKind::Failover, args).await?,
+        Cmd::Upgrade(UpgradeCmd::Status) => {
+            let s = rpc!(client, status, pb::StatusRequest { stale: cli.stale })?;
+            note_stale(s.freshness.as_ref());
+            print(out, &s, |s| {
+                format!(
+                    "{}\n\n{}",
+                    output::ring_version(s.ring_version.as_ref()),
+                    output::members(&s.members, Some(s.leader_id))
+                )
+            });
+        }
+        Cmd::Upgrade(cmd @ (UpgradeCmd::Hold { .. } | UpgradeCmd::Release { .. })) => {
+            let (held, reason) = match cmd {
+                UpgradeCmd::Hold { reason } => (true, reason),
+                UpgradeCmd::Release { reason } => (false, reason),
+                _ => unreachable!("matched above"),
+            };
+            let r = rpc!(
+                client,
+                upgrade_hold,
+                pb::UpgradeHoldRequest { held, reason }
+            )
+            .map_err(upgrade_refused)?;
+            print(out, &r, output::upgrade);
+        }
+        Cmd::Upgrade(UpgradeCmd::Finalize { reason }) => {
+            let r = rpc!(
+                client,
+                upgrade_finalize,
+                pb::UpgradeFinalizeRequest { reason }
+            )
+            .map_err(upgrade_refused)?;
+            print(out, &r, output::upgrade);
+        }
         Cmd::Pause { reason } => {
             let r = rpc!(
                 client,

@@ -58,7 +58,7 @@ fn or_dash(s: &str) -> String {
 
 pub fn members(members: &[pb::Member], leader_id: Option<u64>) -> String {
     let mut t = Table::new(vec![
-        "ID", "NAME", "ZONE", "ROLE", "HEALTH", "PEER", "ADMIN",
+        "ID", "NAME", "ZONE", "ROLE", "HEALTH", "VERSION", "PEER", "ADMIN",
     ]);
     let mut revoked = Vec::new();
     let mut diverged = Vec::new();
@@ -86,6 +86,7 @@ pub fn members(members: &[pb::Member], leader_id: Option<u64>) -> String {
             m.zone.clone(),
             role,
             health,
+            binary(m.binary.as_ref()),
             m.address.clone(),
             m.admin_address.clone(),
         ]);
@@ -104,6 +105,66 @@ pub fn members(members: &[pb::Member], leader_id: Option<u64>) -> String {
         ));
     }
     out
+}
+
+/// A member's binary in a table cell: its release, `0.1.0` for a member that reports none,
+/// `-` when the leader has not heard from it (or the answering member predates versions).
+pub fn binary(b: Option<&pb::MemberBinary>) -> String {
+    match b {
+        None => "-".into(),
+        Some(b) if !b.reported => "0.1.0".into(),
+        Some(b) => b.release.clone(),
+    }
+}
+
+/// The ring's version line of `ringctl status`, and the upgrade's state.
+pub fn ring_version(v: Option<&pb::RingVersionStatus>) -> String {
+    let Some(v) = v else {
+        return "ring version: 1 (the answering member runs release 0.1.0, which knows no versions)"
+            .into();
+    };
+    let mut line = format!("ring version: {}", v.active);
+    if let Some(b) = &v.answering {
+        line.push_str(&format!(
+            "   answering binary: {} ({}, ring versions {}-{})",
+            b.release, b.commit, b.ring_min, b.ring_max
+        ));
+    }
+    line.push_str(&format!("   finalize: {}", v.finalize));
+    if v.held {
+        line.push_str(&format!(
+            "\nupgrade HELD at ring version {}: {}",
+            v.active, v.held_reason
+        ));
+    }
+    if v.mixed {
+        line.push_str(&format!(
+            "\nMIXED RING for {} s: members run binaries of different releases (finish the rolling upgrade, or roll back)",
+            v.mixed_for_ms / 1000
+        ));
+    }
+    if v.next != 0 {
+        line.push_str(&format!(
+            "\nring version {} is available: every member supports it{}",
+            v.next,
+            if v.held || v.finalize == "manual" {
+                " (`ringctl upgrade finalize` raises it; older binaries cannot rejoin after)"
+            } else {
+                " (the leader raises it)"
+            }
+        ));
+    }
+    line
+}
+
+/// What `ringctl upgrade` prints.
+pub fn upgrade(r: &pb::UpgradeResponse) -> String {
+    let status = ring_version(r.ring_version.as_ref());
+    if r.index == 0 {
+        status
+    } else {
+        format!("done (index {})\n{status}", r.index)
+    }
 }
 
 pub fn control_planes(cps: &[pb::ControlPlane]) -> String {
@@ -405,7 +466,7 @@ pub fn status(s: &pb::StatusResponse) -> String {
         None => String::new(),
     };
     format!(
-        "{read}leader: {leader}   term: {}   applied index: {}   answered by: {answered} ({})   automatic actions: {}\n{tls}\ndns zone: {}\n\n{}\n\n{}",
+        "{read}leader: {leader}   term: {}   applied index: {}   answered by: {answered} ({})   automatic actions: {}\n{tls}\ndns zone: {}\n{}\n\n{}\n\n{}",
         s.term,
         s.applied_index,
         s.server_state,
@@ -415,6 +476,7 @@ pub fn status(s: &pb::StatusResponse) -> String {
         } else {
             &s.dns_zone
         },
+        ring_version(s.ring_version.as_ref()),
         members(&s.members, Some(s.leader_id)),
         control_planes(&s.control_planes)
     )

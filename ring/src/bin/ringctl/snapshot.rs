@@ -151,7 +151,8 @@ pub async fn save(
         info.last_log_term,
         taken_from.clone(),
         info.taken_unix_ms,
-    );
+    )
+    .with_codec(info.codec);
     if body.len() as u64 != info.total_bytes || header.body_sha256 != info.sha256 {
         return Err(Failure(format!(
             "the snapshot arrived damaged: {} bytes with SHA-256 {}, the leader announced {} bytes with {}; nothing was written",
@@ -161,10 +162,16 @@ pub async fn save(
             info.sha256
         )));
     }
-    if (info.codec, info.snapshot_format) != (header.codec, header.snapshot_format) {
+    if !garden_ring::raft::codec::reads(info.codec)
+        || info.snapshot_format != header.snapshot_format
+    {
         return Err(Failure(format!(
-            "the ring encodes its state as codec {} / format {}; this ringctl writes codec {} / format {}: use the ringctl of the ring's version",
-            info.codec, info.snapshot_format, header.codec, header.snapshot_format
+            "the ring encodes its state as codec {} / format {}; this ringctl ({}) reads codecs {} / format {}: use the ringctl of the ring's version",
+            info.codec,
+            info.snapshot_format,
+            garden_ring::version::RELEASE,
+            garden_ring::raft::codec::readable(),
+            header.snapshot_format
         )));
     }
     // Exactly what restore will read, checked before it is written.
