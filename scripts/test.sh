@@ -258,6 +258,12 @@ if [ "$(id -u)" -eq 0 ]; then
     cargo run -q -p garden-ring-chaos --bin ring-chaos -- run \
         --scenario zone-kill --scenario zone-partition --scenario leader-zone-kill \
         --scenario stale-disk --out target/chaos
+    # rolling-upgrade: the ring started on the previous release's binaries, upgraded to this
+    # build member by member, followers first: nothing moves, nothing is lost, the ring ends at
+    # this build's ring version (issue 43).
+    banner "ring-chaos run: rolling-upgrade (from $GARDEN_RING_PREVIOUS_BIN_DIR)"
+    cargo run -q -p garden-ring-chaos --bin ring-chaos -- run --scenario rolling-upgrade \
+        --from-bin-dir "$GARDEN_RING_PREVIOUS_BIN_DIR" --out target/chaos-upgrade
     # One zone's links losing 30% of their packets (renewals hedge on other connections; before
     # they did, 30% lapsed a 1 s lease within seconds), then cut three times for less than
     # member_lost_ms - lease_ms: nothing moves, nothing is lost, no client waits longer than a

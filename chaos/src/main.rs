@@ -58,6 +58,11 @@ struct RunArgs {
     /// Directory with ringd and ring-guard (default: next to ring-chaos).
     #[arg(long)]
     bin_dir: Option<PathBuf>,
+    /// rolling-upgrade: the previous release's ringd and ring-guard, which the members start
+    /// on before they are upgraded to --bin-dir's one by one. Default: what
+    /// scripts/previous-release.sh built (~/.cache/garden-ring/release-0.1.0-e0220b2/bin).
+    #[arg(long)]
+    from_bin_dir: Option<PathBuf>,
     /// A run whose RTO is above this fails, ms.
     #[arg(long, default_value_t = 15_000)]
     rto_budget_ms: u64,
@@ -163,6 +168,7 @@ fn run(args: RunArgs) -> anyhow::Result<bool> {
         runs,
         out,
         bin_dir,
+        from_bin_dir,
         rto_budget_ms,
         control_planes,
         tolerance,
@@ -173,6 +179,7 @@ fn run(args: RunArgs) -> anyhow::Result<bool> {
         max_wait_ms,
     } = args;
     let timing = world::timing_profile(&timings);
+    let from_bin_dir = from_bin_dir.or_else(scenario::previous_release_dir);
     let chosen: Vec<Scenario> = if all {
         SCENARIOS.to_vec()
     } else {
@@ -219,6 +226,7 @@ fn run(args: RunArgs) -> anyhow::Result<bool> {
         ring_dir,
         etcd_dir,
         faketime: None,
+        start_from: None,
     };
     world::check_tools(&binaries)?;
     let leftovers = netns::cleanup();
@@ -234,9 +242,23 @@ fn run(args: RunArgs) -> anyhow::Result<bool> {
 
     let mut results = Vec::new();
     'scenarios: for scenario in &chosen {
+        if scenario.fault == scenario::Fault::RollingUpgrade && from_bin_dir.is_none() {
+            let why = "rolling-upgrade needs the previous release's binaries: build them with \
+                       scripts/previous-release.sh, or name them with --from-bin-dir";
+            if all {
+                eprintln!("skipped: {why}");
+                continue;
+            }
+            anyhow::bail!("{why}");
+        }
         for number in 1..=runs {
             let options = RunOptions {
-                binaries: binaries.clone(),
+                binaries: world::Binaries {
+                    start_from: (scenario.fault == scenario::Fault::RollingUpgrade)
+                        .then(|| from_bin_dir.clone())
+                        .flatten(),
+                    ..binaries.clone()
+                },
                 dir: out.join("runs").join(format!("{}-{number}", scenario.name)),
                 zones: ["zone-a", "zone-b", "zone-c", "zone-d", "zone-e"][..usize::from(zones)]
                     .iter()

@@ -40,6 +40,8 @@ pub enum Fault {
     DoubleZoneLoss,
     /// Every ringd restarted, one after the other.
     RollingRestart,
+    /// Every ringd restarted onto this build from the previous release's, leader last.
+    RollingUpgrade,
     /// Every process of a zone hosting control planes (not the leader's) SIGSTOPped for
     /// `FREEZE_MS`, then SIGCONTed: a pause its own processes cannot see coming.
     ZoneFreeze,
@@ -165,6 +167,12 @@ pub const SCENARIOS: &[Scenario] = &[
         name: "rolling-restart",
         description: "every ringd restarted in turn: no failover at all, nothing lost",
         fault: Fault::RollingRestart,
+        zero_loss: true,
+    },
+    Scenario {
+        name: "rolling-upgrade",
+        description: "the ring started on the previous release (--from-bin-dir), every ringd restarted onto this build in turn, followers first, the leader last: no failover, nothing lost, the ring raised to this build's ring version; each client's longest wait for a write is the upgrade's cost",
+        fault: Fault::RollingUpgrade,
         zero_loss: true,
     },
 ];
@@ -423,9 +431,11 @@ async fn drive(
     let freeze_moves = t.member_lost_ms + FREEZE_MARGIN_MS < FREEZE_MS;
     let freeze_stays = FREEZE_MS + t.renew_interval_ms() + FREEZE_MARGIN_MS < t.member_lost_ms;
     let moved: Vec<String> = match scenario.fault {
-        Fault::FlappingLink | Fault::RollingRestart | Fault::LossyLink | Fault::ClockJump => {
-            Vec::new()
-        }
+        Fault::FlappingLink
+        | Fault::RollingRestart
+        | Fault::RollingUpgrade
+        | Fault::LossyLink
+        | Fault::ClockJump => Vec::new(),
         Fault::ZoneFreeze | Fault::LeaderZoneFreeze if !freeze_moves => Vec::new(),
         _ => hosts
             .iter()
@@ -744,9 +754,19 @@ async fn drive(
             timeline.add("heal", &cp, format!("{cp} runs off {victim}"));
             at
         }
-        Fault::RollingRestart => {
-            let at = timeline.add("fault", "", "rolling restart of every ringd");
-            for i in 0..world.members.len() {
+        Fault::RollingRestart | Fault::RollingUpgrade => {
+            let upgrade = scenario.fault == Fault::RollingUpgrade;
+            let at = timeline.add(
+                "fault",
+                "",
+                if upgrade {
+                    "rolling upgrade of every ringd, followers first"
+                } else {
+                    "rolling restart of every ringd"
+                },
+            );
+            let order = restart_order(world, upgrade).await?;
+            for i in order {
                 let name = world.members[i].name.clone();
                 world.members[i]
                     .ringd
@@ -754,11 +774,23 @@ async fn drive(
                 if !world.members[i].ringd.wait_exit(Duration::from_secs(10)) {
                     anyhow::bail!("ringd {name} did not stop within 10 s of SIGTERM");
                 }
-                world.members[i].ringd.spawn()?;
+                match (&options.binaries.start_from, upgrade) {
+                    (Some(from), true) => {
+                        world::switch_binaries(
+                            &mut world.members[i],
+                            from,
+                            &options.binaries.ring_dir,
+                        )?;
+                    }
+                    _ => world.members[i].ringd.spawn()?,
+                }
                 timeline.add(
                     "fault",
                     &world.members[i].zone,
-                    format!("ringd {name} restarted"),
+                    format!(
+                        "ringd {name} {}",
+                        if upgrade { "upgraded" } else { "restarted" }
+                    ),
                 );
                 // Next one only when this member serves its control planes again.
                 let mine: Vec<&String> = hosts
@@ -782,6 +814,23 @@ async fn drive(
                     "heal",
                     &world.members[i].zone,
                     format!("{name} serves again"),
+                );
+            }
+            if upgrade {
+                let newest = garden_ring::core::ring_version::SUPPORTED_RING_VERSIONS.1;
+                world::wait_for(
+                    Duration::from_secs(30),
+                    &format!("the ring runs at ring version {newest}"),
+                    || async {
+                        let s = world.status().await?;
+                        (s.ring_version?.active == newest).then_some(())
+                    },
+                )
+                .await?;
+                timeline.add(
+                    "heal",
+                    "",
+                    format!("the ring runs at ring version {newest}"),
                 );
             }
             at
@@ -1072,7 +1121,7 @@ async fn drive(
 
     if matches!(
         scenario.fault,
-        Fault::RollingRestart | Fault::FlappingLink | Fault::LossyLink
+        Fault::RollingRestart | Fault::RollingUpgrade | Fault::FlappingLink | Fault::LossyLink
     ) {
         let epochs: BTreeMap<&str, u64> = before
             .control_planes
@@ -1083,8 +1132,10 @@ async fn drive(
             if c.phase != "running" {
                 failures.push(format!("{} is {} at the end", c.name, c.phase));
             }
-            if matches!(scenario.fault, Fault::RollingRestart | Fault::LossyLink)
-                && epochs.get(c.name.as_str()) != Some(&c.epoch)
+            if matches!(
+                scenario.fault,
+                Fault::RollingRestart | Fault::RollingUpgrade | Fault::LossyLink
+            ) && epochs.get(c.name.as_str()) != Some(&c.epoch)
             {
                 failures.push(format!(
                     "{} failed over during {} (epoch {} -> {})",
@@ -1464,6 +1515,37 @@ async fn watch_phase(
     }
     phase.end_ms = timeline.now_ms();
     phase
+}
+
+/// The order of a rolling restart: by zone; for an upgrade the followers first, the leader
+/// last (as deploy/README.md says), so the ring changes leaders once.
+async fn restart_order(world: &world::World, upgrade: bool) -> anyhow::Result<Vec<usize>> {
+    let all: Vec<usize> = (0..world.members.len()).collect();
+    if !upgrade {
+        return Ok(all);
+    }
+    let s = world
+        .status()
+        .await
+        .ok_or_else(|| anyhow::anyhow!("no member answers before the upgrade"))?;
+    let leader = s
+        .members
+        .iter()
+        .find(|m| m.id == s.leader_id)
+        .and_then(|m| world.member_index(&m.name))
+        .ok_or_else(|| anyhow::anyhow!("no leader before the upgrade"))?;
+    Ok(all
+        .into_iter()
+        .filter(|&i| i != leader)
+        .chain([leader])
+        .collect())
+}
+
+/// Where `scripts/previous-release.sh` puts the previous release's binaries, if it did.
+pub fn previous_release_dir() -> Option<std::path::PathBuf> {
+    let home = std::env::var_os("HOME")?;
+    let dir = std::path::Path::new(&home).join(".cache/garden-ring/release-0.1.0-e0220b2/bin");
+    dir.join("ringd").is_file().then_some(dir)
 }
 
 /// The longest wait for an acknowledgement that overlaps `[start_ms, end_ms]`, ms, whole (a

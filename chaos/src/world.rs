@@ -63,6 +63,38 @@ pub struct Binaries {
     /// follows the offset in its [`Member::clock_file`] (`+0` at start); its monotonic clock is
     /// left alone, as an NTP step leaves it.
     pub faketime: Option<PathBuf>,
+    /// Another release's `ringd` and `ring-guard` the members start with (rolling-upgrade,
+    /// which restarts them onto `ring_dir`'s one by one); `None`: `ring_dir`'s.
+    pub start_from: Option<PathBuf>,
+}
+
+impl Binaries {
+    /// Where the members' first `ringd` and `ring-guard` come from.
+    pub fn start_dir(&self) -> &Path {
+        self.start_from.as_deref().unwrap_or(&self.ring_dir)
+    }
+}
+
+/// Restarts member `m`'s `ringd` (stopped already) on the binaries in `to` instead of
+/// `from`: its command line and its config's `ring-guard` path.
+pub fn switch_binaries(m: &mut Member, from: &Path, to: &Path) -> anyhow::Result<()> {
+    let old = from.join("ringd").display().to_string();
+    let new = to.join("ringd").display().to_string();
+    let mut switched = false;
+    for arg in &mut m.ringd.argv {
+        if *arg == old {
+            *arg = new.clone();
+            switched = true;
+        }
+        if let Some(config) = arg.strip_suffix("ringd.toml").map(|_| arg.clone()) {
+            let text = std::fs::read_to_string(&config)?;
+            let guard_old = from.join("ring-guard").display().to_string();
+            let guard_new = to.join("ring-guard").display().to_string();
+            std::fs::write(&config, text.replace(&guard_old, &guard_new))?;
+        }
+    }
+    anyhow::ensure!(switched, "{} does not run {old}", m.name);
+    m.ringd.spawn()
 }
 
 /// Where Debian's `faketime` package puts the multi-threaded libfaketime.
@@ -492,7 +524,7 @@ pub async fn build(
             },
             driver: DriverSettings {
                 kind: DriverKind::Etcd,
-                guard: Some(binaries.ring_dir.join("ring-guard")),
+                guard: Some(binaries.start_dir().join("ring-guard")),
                 etcd: EtcdDriverSettings {
                     bin_dir: Some(binaries.etcd_dir.clone()),
                     full_snapshot_interval_ms: SNAPSHOT_INTERVAL_MS,
@@ -521,7 +553,7 @@ pub async fn build(
             ]);
         }
         argv.extend([
-            binaries.ring_dir.join("ringd").display().to_string(),
+            binaries.start_dir().join("ringd").display().to_string(),
             "--config".into(),
             path.display().to_string(),
         ]);
