@@ -9,6 +9,7 @@
 //! - With `[upgrade] finalize = "manual"`, the ring stays at version 1 after every member is
 //!   upgraded, any member can go back to 0.1.0 (and the ring keeps working), and `ringctl
 //!   upgrade finalize` raises it; then `ringctl upgrade hold` works.
+//! - A `ringctl snapshot save` file written by 0.1.0's ringctl is restored by this release's.
 //! - A member of 0.1.0 that fell behind catches up by installing a snapshot of a leader of
 //!   this release.
 //! - At the end every member holds the same state (as etcd compares `HashKV`).
@@ -107,38 +108,49 @@ async fn write(ring: &Ring, prefix: &str, n: usize) {
     }
 }
 
-/// What every member must agree on: members (id, name, role), control planes (name, host,
-/// epoch, phase) and the history's actions, at the same applied index.
+/// What every member must agree on: members (id, name, role) and control planes (name, host,
+/// epoch, phase), compared when all have applied the same index (the ring keeps committing
+/// reports meanwhile, so the members are read until they answer at one index). Two members at
+/// the same index holding different states fail the test at once.
 async fn same_state_everywhere(ring: &Ring) {
     type Seen = (
         Vec<(u64, String, String)>,
         Vec<(String, String, u64, String)>,
     );
-    let target = leader_applied(ring).await;
-    let mut seen: Vec<Seen> = Vec::new();
-    for p in &ring.procs {
-        let s = eventually(FORM, "the member applies what the leader had", || async {
-            let s = status(p).await.ok()?;
-            (s.applied_index >= target).then_some(s)
-        })
-        .await;
-        let mut members: Vec<_> = s
-            .members
-            .iter()
-            .map(|m| (m.id, m.name.clone(), m.role.clone()))
-            .collect();
-        members.sort();
-        let mut cps: Vec<_> = s
-            .control_planes
-            .iter()
-            .map(|c| (c.name.clone(), c.host.clone(), c.epoch, c.phase.clone()))
-            .collect();
-        cps.sort();
-        seen.push((members, cps));
-    }
-    for (i, s) in seen.iter().enumerate().skip(1) {
-        assert_eq!(&seen[0], s, "members 0 and {i} hold different states");
-    }
+    eventually(
+        FORM,
+        "every member answers at the same applied index",
+        || async {
+            let mut seen: Vec<(u64, Seen)> = Vec::new();
+            for p in &ring.procs {
+                let s = status(p).await.ok()?;
+                let mut members: Vec<_> = s
+                    .members
+                    .iter()
+                    .map(|m| (m.id, m.name.clone(), m.role.clone()))
+                    .collect();
+                members.sort();
+                let mut cps: Vec<_> = s
+                    .control_planes
+                    .iter()
+                    .map(|c| (c.name.clone(), c.host.clone(), c.epoch, c.phase.clone()))
+                    .collect();
+                cps.sort();
+                seen.push((s.applied_index, (members, cps)));
+            }
+            if seen.iter().any(|(index, _)| *index != seen[0].0) {
+                return None;
+            }
+            for (i, s) in seen.iter().enumerate().skip(1) {
+                assert_eq!(
+                    &seen[0], s,
+                    "members 0 and {i} hold different states at one index"
+                );
+            }
+            Some(())
+        },
+    )
+    .await;
 }
 
 fn ringctl(ring: &Ring, args: &[&str]) -> (bool, String) {
@@ -183,6 +195,22 @@ async fn a_ring_of_the_previous_release_upgrades_member_by_member_and_raises_its
     let mut ring = old_ring(&old).await;
     let s = status(&ring.procs[0]).await.unwrap();
     assert!(s.ring_version.is_none(), "0.1.0 reports no ring version");
+    // A backup of the ring's state, as 0.1.0's ringctl writes it.
+    let saved = ring.dir.path().join("by-0.1.0.snap");
+    let endpoints: Vec<String> = ring.procs.iter().map(|p| p.admin()).collect();
+    let out = std::process::Command::new(old.join("ringctl"))
+        .arg("--endpoint")
+        .arg(endpoints.join(","))
+        .args(["snapshot", "save"])
+        .arg(&saved)
+        .env("RINGCTL_CONFIG", &ring.client_config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // Followers first: the ring is mixed, keeps working and stays at version 1.
     let l = leader(&ring).await;
@@ -241,6 +269,25 @@ async fn a_ring_of_the_previous_release_upgrades_member_by_member_and_raises_its
     ] {
         assert!(names.contains(&w), "{w} lost: {names:?} (leader {l_now})");
     }
+
+    // This release restores the file 0.1.0 saved (into a new directory; nothing runs there).
+    let target = ring.dir.path().join("restored");
+    let config = ring.procs[0].config_path.display().to_string();
+    let (ok, text) = ringctl(
+        &ring,
+        &[
+            "snapshot",
+            "restore",
+            &saved.display().to_string(),
+            "--ringd-config",
+            &config,
+            "--data-dir",
+            &target.display().to_string(),
+            "--yes",
+        ],
+    );
+    assert!(ok, "restoring 0.1.0's snapshot file: {text}");
+    assert!(target.join("ring.redb").is_file(), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
