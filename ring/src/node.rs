@@ -683,7 +683,7 @@ fn start_maintenance(
         consensus.pool.clone(),
         tasks.stopped.clone(),
     ));
-    tasks.spawn(keep_ring_version(
+    tasks.spawn(crate::upgrade::keep_ring_version(
         consensus.state.clone(),
         consensus.pool.clone(),
         consensus.db.clone(),
@@ -835,40 +835,6 @@ async fn follow_revocations(
     let mut applied = state.watch_applied();
     loop {
         state.read(|a| revocations.set_ring(&a.state.revoked));
-        tokio::select! {
-            changed = applied.changed() => if changed.is_err() { return },
-            _ = stopped.wait_for(|s| *s) => return,
-        }
-    }
-}
-
-/// Keeps the codec the peer messages carry equal to the applied state's ring version, and
-/// records a raised version in the data directory, so that a binary of an older release
-/// refuses to open it (see [`crate::raft::codec`]).
-async fn keep_ring_version(
-    state: StateMachineStore,
-    pool: Arc<PeerPool>,
-    db: Arc<redb::Database>,
-    mut stopped: watch::Receiver<bool>,
-) {
-    let mut applied = state.watch_applied();
-    let mut recorded = 0;
-    loop {
-        let active = state.read(|a| a.state.settings.ring_version.active);
-        pool.set_codec(active);
-        if active != recorded {
-            let db = db.clone();
-            match tokio::task::spawn_blocking(move || storage::record_codec(&db, active)).await {
-                Ok(Ok(())) => {
-                    if recorded != 0 {
-                        tracing::info!("the ring runs at version {active} now");
-                    }
-                    recorded = active;
-                }
-                Ok(Err(e)) => tracing::warn!("cannot record ring version {active}: {e}"),
-                Err(e) => tracing::warn!("cannot record ring version {active}: {e}"),
-            }
-        }
         tokio::select! {
             changed = applied.changed() => if changed.is_err() { return },
             _ = stopped.wait_for(|s| *s) => return,

@@ -6,6 +6,8 @@
 //! every member can show it ([`Reports::learn`]). A member that reports nothing runs release
 //! 0.1.0. Nothing here is replicated: at ring version 1 nothing new may enter the log, so the
 //! reports travel in fields release 0.1.0 ignores.
+//!
+//! [`keep_ring_version`] keeps what a member sends and stores in step with the active version.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -162,6 +164,44 @@ pub fn describe(v: &MemberVersion) -> String {
         "{} ({}, ring versions {}-{})",
         v.binary, v.commit, v.ring.min, v.ring.max
     )
+}
+
+/// Keeps the codec the peer messages carry equal to the applied state's ring version, and
+/// records a raised version in the data directory, so that a binary of an older release
+/// refuses to open it (see [`crate::raft::codec`]).
+pub async fn keep_ring_version(
+    state: crate::raft::StateMachineStore,
+    pool: std::sync::Arc<crate::raft::network::PeerPool>,
+    db: std::sync::Arc<redb::Database>,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut applied = state.watch_applied();
+    let mut recorded = 0;
+    loop {
+        let active = state.read(|a| a.state.settings.ring_version.active);
+        pool.set_codec(active);
+        if active != recorded {
+            let db = db.clone();
+            match tokio::task::spawn_blocking(move || {
+                crate::raft::storage::record_codec(&db, active)
+            })
+            .await
+            {
+                Ok(Ok(())) => {
+                    if recorded != 0 {
+                        tracing::info!("the ring runs at version {active} now");
+                    }
+                    recorded = active;
+                }
+                Ok(Err(e)) => tracing::warn!("cannot record ring version {active}: {e}"),
+                Err(e) => tracing::warn!("cannot record ring version {active}: {e}"),
+            }
+        }
+        tokio::select! {
+            changed = applied.changed() => if changed.is_err() { return },
+            _ = stopped.wait_for(|s| *s) => return,
+        }
+    }
 }
 
 #[cfg(test)]
