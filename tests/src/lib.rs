@@ -825,7 +825,12 @@ impl Ring {
 /// Runs the real `ringctl` with the client config `config` (through `RINGCTL_CONFIG`, as an
 /// operator would) and `--endpoint` set to `endpoints`.
 pub fn ringctl(config: &Path, endpoints: &[String], args: &[&str]) -> Output {
-    Command::new(binary("ringctl"))
+    ringctl_of(&binary("ringctl"), config, endpoints, args)
+}
+
+/// [`ringctl`] with another build's `ringctl` binary (e.g. the previous release's).
+pub fn ringctl_of(ringctl: &Path, config: &Path, endpoints: &[String], args: &[&str]) -> Output {
+    Command::new(ringctl)
         .arg("--endpoint")
         .arg(endpoints.join(","))
         .args(args)

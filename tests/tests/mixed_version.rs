@@ -198,14 +198,12 @@ async fn a_ring_of_the_previous_release_upgrades_member_by_member_and_raises_its
     // A backup of the ring's state, as 0.1.0's ringctl writes it.
     let saved = ring.dir.path().join("by-0.1.0.snap");
     let endpoints: Vec<String> = ring.procs.iter().map(|p| p.admin()).collect();
-    let out = std::process::Command::new(old.join("ringctl"))
-        .arg("--endpoint")
-        .arg(endpoints.join(","))
-        .args(["snapshot", "save"])
-        .arg(&saved)
-        .env("RINGCTL_CONFIG", &ring.client_config)
-        .output()
-        .unwrap();
+    let out = garden_ring_tests::ringctl_of(
+        &old.join("ringctl"),
+        &ring.client_config,
+        &endpoints,
+        &["snapshot", "save", &saved.display().to_string()],
+    );
     assert!(
         out.status.success(),
         "{}",
