@@ -36,7 +36,7 @@ use tokio::sync::watch;
 use tracing::Instrument as _;
 
 use crate::config::{Finalize, Timing};
-use crate::core::health::judge;
+use crate::core::health::{judge, judge_diverged};
 use crate::core::{Command, MemberSpec, Proposal, Role};
 use crate::leases::LeaseDesk;
 use crate::membership::MembershipChanger;
@@ -255,13 +255,22 @@ impl Duties {
                 };
                 (last, since_election)
             };
-            // A member that lost entries it acknowledged stays lost (what it hosts moves as
-            // for a lost member) however well it answers, until it is replaced.
-            let diverged = (m.id != self.me)
-                .then(|| self.network.pool().diverged().get(m.id))
-                .flatten();
+            // A member that lost entries it acknowledged is never healthy again (it is granted
+            // nothing; lost, so that what it hosts moves, once its last grant ran out) until
+            // it is replaced. What this leader found is committed for every member to see.
+            let diverged = if m.id == self.me {
+                None
+            } else {
+                self.note_divergence(m).await
+            };
             let judged = match &diverged {
-                Some(_) => Some(crate::core::Health::Lost),
+                Some(_) => {
+                    let granted_ms = self
+                        .desk
+                        .since_renewal(m.id)
+                        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                    Some(judge_diverged(granted_ms, since_election_ms, &self.timing))
+                }
                 None => judge(last_ack_ms, since_election_ms, &self.timing),
             };
             let Some(health) = judged else {
@@ -381,6 +390,30 @@ impl Duties {
 }
 
 impl Duties {
+    /// Whether member `m` (not this one) diverged: the ring's record, or what this leader
+    /// found, which it then commits (ring version 2; at version 1 it stays this leader's).
+    async fn note_divergence(
+        &self,
+        m: &crate::core::Member,
+    ) -> Option<crate::raft::divergence::Divergence> {
+        if let Some(recorded) = &m.diverged {
+            return Some(recorded.clone());
+        }
+        let found = self.network.pool().diverged().get(m.id)?;
+        let command = Command::MarkDiverged {
+            id: m.id,
+            acknowledged_index: found.acknowledged_index,
+        };
+        if self
+            .state
+            .read(|a| a.state.settings.ring_version.admits(&command))
+            .is_ok()
+        {
+            self.propose(command, found.reason.clone()).await;
+        }
+        Some(found)
+    }
+
     /// Pings the peers when no leader has been heard from for `member_lost_ms`, at most once
     /// per `member_lost_ms`; see the module docs.
     async fn check_still_member(&mut self, metrics: &RaftMetricsOf) {

@@ -34,6 +34,7 @@ use crate::core::backup_report::worth_committing;
 use crate::core::controller::{Observations, Policy};
 use crate::core::health::earlier_leaders_silent_ms;
 use crate::core::renewal::{self, Arrival, RenewRound};
+use crate::raft::divergence::{Diverged, Divergence};
 use crate::raft::service::RenewHandler;
 use crate::raft::types::{RenewReply, RenewRequest};
 use crate::raft::{NodeId, RaftNode, StateMachineStore};
@@ -65,6 +66,8 @@ pub struct LeaseDesk {
     renewals: Arc<AtomicU64>,
     /// The binaries members report with their renewals.
     reports: Arc<Reports>,
+    /// The followers this member found diverged while it led (the network layer's record).
+    diverged: Diverged,
 }
 
 impl LeaseDesk {
@@ -75,6 +78,7 @@ impl LeaseDesk {
         state: StateMachineStore,
         policy: Policy,
         reports: Arc<Reports>,
+        diverged: Diverged,
     ) -> Self {
         Self {
             me,
@@ -91,7 +95,15 @@ impl LeaseDesk {
             news: tokio::sync::Notify::new(),
             renewals: Arc::default(),
             reports,
+            diverged,
         }
+    }
+
+    /// Whether member `id` diverged: the ring's record of it, or this leader's finding.
+    pub fn divergence(&self, id: NodeId) -> Option<Divergence> {
+        self.state
+            .read(|a| a.state.members.get(&id).and_then(|m| m.diverged.clone()))
+            .or_else(|| self.diverged.get(id))
     }
 
     /// The count of renewals this desk answered with a grant.
@@ -179,6 +191,17 @@ impl LeaseDesk {
         }
         let arrived = Instant::now();
         self.reports.record(from, request.version.clone());
+        if let Some(divergence) = self.divergence(from) {
+            // Granted nothing, not even a lease of no control plane (which would let its
+            // builtin DNS answer, in a release that ignores `diverged`), and not counted as a
+            // renewal: the duties judge it lost once whatever it was granted before can no
+            // longer run (`judge_diverged`).
+            return Ok(RenewReply {
+                lease_ms: 0,
+                diverged: Some(divergence),
+                ..RenewReply::default()
+            });
+        }
         {
             let mut inner = self.lock();
             // Any copy is contact, however late.
@@ -339,6 +362,7 @@ impl LeaseDesk {
             applied_index,
             replicas,
             versions: self.reports.view().versions,
+            diverged: None,
         })
     }
 }

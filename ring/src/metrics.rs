@@ -180,6 +180,12 @@ pub enum NotReady {
     /// The Raft log's disk lacks room: this member acknowledges nothing.
     #[error("the Raft log's disk is full (see the log and `ringctl status`)")]
     DiskFull,
+    /// This member lost entries it had acknowledged: it vouches for nothing until replaced.
+    #[error(
+        "this member diverged (it lost entries it had acknowledged): replace it, see \
+         deploy/README.md, \"A member that diverged\""
+    )]
+    Diverged,
 }
 
 /// Whether the member is ready: a leader is known, and this member's lease is current for
@@ -188,6 +194,9 @@ pub enum NotReady {
 pub fn ready(raft: &RaftNode, own: &OwnLease, disk: &DiskHealth) -> Result<(), NotReady> {
     if disk.problem().is_some() {
         return Err(NotReady::DiskFull);
+    }
+    if own.divergence().get().is_some() {
+        return Err(NotReady::Diverged);
     }
     let m = raft.metrics().borrow_watched().clone();
     if m.current_leader.is_none() {
@@ -314,17 +323,21 @@ impl Sources {
                 }
             }
             let diverged = self.diverged.all();
+            let own = self.own.divergence().get().is_some();
             let _ = writeln!(
                 out,
-                "# HELP garden_ring_member_diverged 1 for a member this member, while it led, found with less in its log than it had acknowledged (replace it: deploy/README.md).\n# TYPE garden_ring_member_diverged gauge"
+                "# HELP garden_ring_member_diverged 1 for a member found with less in its log than it had acknowledged: the ring's record, this member's finding while it led, or (for itself) what its leader told it (replace it: deploy/README.md).\n# TYPE garden_ring_member_diverged gauge"
             );
             for member in state.members.values() {
+                let is = member.diverged.is_some()
+                    || diverged.contains_key(&member.id)
+                    || (own && member.id == m.id);
                 let _ = writeln!(
                     out,
                     "garden_ring_member_diverged{{member=\"{}\",zone=\"{}\"}} {}",
                     member.name,
                     member.zone,
-                    u8::from(diverged.contains_key(&member.id))
+                    u8::from(is)
                 );
             }
             host_gauge(

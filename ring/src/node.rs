@@ -361,6 +361,7 @@ impl Member {
             state.clone(),
             policy.clone(),
             reports.clone(),
+            pool.diverged().clone(),
         ));
         let renewals = desk.renewals();
         let membership = MembershipChanger::new(raft.clone());
@@ -416,7 +417,8 @@ impl Member {
                 forward: admin.clone(),
                 renew: desk.clone(),
             },
-        );
+        )
+        .with_divergence(pool.own_divergence().clone());
         let listeners = (peer_listener, admin_listener);
         let health = serve_ports(&security, listeners, peer, &admin, &mut tasks)?;
 

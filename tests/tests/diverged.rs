@@ -1,15 +1,19 @@
 //! A member that comes back with less than it acknowledged (issue 42), with real `ringd`
 //! processes: a follower's data directory copied while it was stopped, 30 changes committed
 //! with it acknowledging them, then the old copy put back. The leader must find it diverged
-//! within a few heartbeats (status, `ringctl status`, metric), keep it judged lost so that what
-//! it hosted moves, stay up itself, and the ring must lose nothing; the documented repair
-//! (remove it, add it anew under a new id with an empty data directory) makes it whole again.
+//! within a few heartbeats and commit that (ring version 2), so that every member shows it
+//! (status, `ringctl status` and `member list`, history, metric); the member itself must learn
+//! it and vouch for nothing (`/readyz` 503, builtin DNS SERVFAIL, stale reads); it must be
+//! judged lost so that what it hosted moves, the leader must stay up, and the ring must lose
+//! nothing; the documented repair (remove it, add it anew under a new id with an empty data
+//! directory) makes it whole again. Its vote is refused in `raft/network_test.rs`.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use garden_ring_tests::dig::dig;
 use garden_ring_tests::{
-    Ring, RingOptions, add_control_plane, control_plane, cps, eventually, http_get, status,
+    Ring, RingOptions, TestDns, add_control_plane, control_plane, cps, eventually, http_get, status,
 };
 
 const FORM: Duration = Duration::from_secs(20);
@@ -26,11 +30,24 @@ async fn holds_all(ring: &Ring, i: usize, written: &[String], what: &str) {
     .await;
 }
 
-/// Waits until the leader (member `l`) names member `id` diverged; the reason.
+/// Waits until member `i` runs at ring version `version`.
+async fn ring_version_is(ring: &Ring, i: usize, version: u32) {
+    eventually(
+        Duration::from_secs(20),
+        "the ring version is raised",
+        || async {
+            let s = status(&ring.procs[i]).await.ok()?;
+            (s.ring_version?.active == version).then_some(())
+        },
+    )
+    .await;
+}
+
+/// Waits until member `l` names member `id` diverged; the reason.
 async fn found_diverged(ring: &Ring, l: usize, id: u64) -> String {
     eventually(
         Duration::from_secs(10),
-        "the leader finds the victim diverged",
+        "the member shows the victim diverged",
         || async {
             let s = status(&ring.procs[l]).await.ok()?;
             s.members
@@ -44,7 +61,10 @@ async fn found_diverged(ring: &Ring, l: usize, id: u64) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_restored_from_an_old_copy_is_found_diverged_judged_lost_and_replaced() {
-    let mut ring = Ring::prepare(RingOptions::default());
+    let mut ring = Ring::prepare(RingOptions {
+        dns: TestDns::Builtin,
+        ..RingOptions::default()
+    });
     let metrics: Vec<SocketAddr> = ring.free_addresses(3);
     for (p, m) in ring.procs.iter_mut().zip(&metrics) {
         p.config.metrics.listen = Some(*m);
@@ -55,8 +75,14 @@ async fn a_member_restored_from_an_old_copy_is_found_diverged_judged_lost_and_re
     let leader = ring.wait_leader(&[0, 1, 2], &[], FORM).await;
     let l = ring.index_of(leader);
     let victim = (0..3).find(|&i| i != l).unwrap();
+    let other = (0..3).find(|&i| i != l && i != victim).unwrap();
     let victim_name = ring.procs[victim].config.name.clone();
     let victim_id = ring.procs[victim].config.id;
+    // The record of a diverged member is a command of ring version 2: a ring of this
+    // release's members raises itself there once every member reported.
+    for i in 0..3 {
+        ring_version_is(&ring, i, 2).await;
+    }
     let mut written = Vec::new();
     for n in 0..6 {
         let name = format!("before-{n}");
@@ -100,12 +126,64 @@ async fn a_member_restored_from_an_old_copy_is_found_diverged_judged_lost_and_re
     let reason = found_diverged(&ring, l, victim_id).await;
     let detected_ms = back.elapsed().as_millis();
     assert!(reason.contains("acknowledged"), "{reason}");
-    // The leader's answer names it DIVERGED (the record is the leader's); every member's
-    // history says why it was judged lost.
+    // Committed: the other member shows it too, and so does the victim itself once it learnt
+    // it (from the leader's answer to its renewal, or the record).
+    found_diverged(&ring, other, victim_id).await;
+    let recorded_ms = back.elapsed().as_millis();
+    found_diverged(&ring, victim, victim_id).await;
+    let learnt_ms = back.elapsed().as_millis();
+    for i in [l, other, victim] {
+        let out =
+            garden_ring_tests::ringctl(&ring.client_config, &[ring.procs[i].admin()], &["status"]);
+        let printed = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            printed.contains("DIVERGED"),
+            "ringctl status against member {i}:\n{printed}"
+        );
+        let out = garden_ring_tests::ringctl(
+            &ring.client_config,
+            &[ring.procs[i].admin()],
+            &["member", "list"],
+        );
+        let listed = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(listed.contains("DIVERGED"), "member list:\n{listed}");
+    }
     let out =
         garden_ring_tests::ringctl(&ring.client_config, &[ring.procs[l].admin()], &["status"]);
     let printed = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(printed.contains("DIVERGED"), "ringctl status:\n{printed}");
+    // It trusts nothing of itself: not ready, and its reads say they are stale.
+    eventually(
+        Duration::from_secs(10),
+        "the victim's /readyz says it diverged",
+        || async {
+            let (code, body) = http_get(metrics[victim], "/readyz")?;
+            (code == 503 && body.contains("diverged")).then_some(())
+        },
+    )
+    .await;
+    // Its builtin DNS answers nothing it could be wrong about; the others answer.
+    let servers = ring.dns_servers();
+    let name = format!("before-0.{}", garden_ring_tests::TEST_ZONE);
+    eventually(
+        Duration::from_secs(10),
+        "the victim's DNS answers SERVFAIL, the leader's answers",
+        || async {
+            let theirs = dig(servers[victim], &name, "A", false);
+            let leaders = dig(servers[l], &name, "A", false);
+            (theirs.status == "SERVFAIL" && leaders.status == "NOERROR").then_some(())
+        },
+    )
+    .await;
+    let s = status(&ring.procs[victim]).await.unwrap();
+    let freshness = s.freshness.expect("freshness");
+    assert!(
+        !freshness.linearizable && freshness.stale_reason.contains("diverged"),
+        "{freshness:?}"
+    );
+    // Every member's history has the finding.
+    let history = ring.ringctl(&["history", "--limit", "100"]);
+    let history = String::from_utf8_lossy(&history.stdout).to_string();
+    assert!(history.contains("member.diverged"), "{history}");
     let (_, text) = http_get(metrics[l], "/metrics").expect("the leader's metrics");
     assert!(
         text.contains(&format!(
@@ -118,7 +196,9 @@ async fn a_member_restored_from_an_old_copy_is_found_diverged_judged_lost_and_re
         "no diverged metric for {victim_name}"
     );
     println!(
-        "detected {detected_ms} ms after the restart: {reason}\nringctl status:\n{printed}\n{} control planes to move off {victim_name}",
+        "detected by the leader {detected_ms} ms after the restart, committed (shown by the \
+         other member) {recorded_ms} ms, learnt by the victim {learnt_ms} ms: {reason}\n\
+         ringctl status:\n{printed}\n{} control planes to move off {victim_name}",
         hosted.len()
     );
 
@@ -137,6 +217,10 @@ async fn a_member_restored_from_an_old_copy_is_found_diverged_judged_lost_and_re
         },
     )
     .await;
+    println!(
+        "judged lost, and all it hosted running elsewhere, {} ms after the restart",
+        back.elapsed().as_millis()
+    );
     // The leader stays up (a debug openraft used to panic on this), and so do the others.
     for i in 0..3 {
         assert!(

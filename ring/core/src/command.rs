@@ -437,6 +437,16 @@ pub enum Command {
         /// The new active version: the active one plus one.
         version: u32,
     },
+    /// Records that a member lost entries it had acknowledged (a leader found its log behind
+    /// what it acknowledged): it stays judged lost, hosts nothing and grants no vote until its
+    /// log holds `acknowledged_index` again, and is shown diverged on every member until it is
+    /// removed. The reason is the proposal's. Ring version 2.
+    MarkDiverged {
+        /// The member.
+        id: NodeId,
+        /// The highest log index it had acknowledged to that leader.
+        acknowledged_index: u64,
+    },
     /// Holds the ring at its active version (the leader then raises it only when the operator
     /// finalizes), or releases the hold. The reason is the proposal's. Ring version 2.
     HoldUpgrade {
@@ -481,6 +491,7 @@ impl Command {
             Command::PromoteMember { .. } => "member.promote",
             Command::RemoveMember { .. } => "member.remove",
             Command::SetHealth { .. } => "member.health",
+            Command::MarkDiverged { .. } => "member.diverged",
             Command::AddControlPlane(_) => "control-plane.add",
             Command::RemoveControlPlane { .. } => "control-plane.remove",
             Command::MoveControlPlane { .. } => "control-plane.move",
@@ -535,6 +546,7 @@ impl Command {
             Command::PromoteMember { id }
             | Command::RemoveMember { id }
             | Command::SetHealth { id, .. }
+            | Command::MarkDiverged { id, .. }
             | Command::Cordon { id, .. }
             | Command::SetLabels { id, .. } => {
                 if let Command::SetLabels { labels, .. } = self {

@@ -461,6 +461,7 @@ fn spare_for<'a>(state: &'a RingState, cp: &ControlPlane, lost: &str) -> Option<
                 && !cluster.contains(&m.name)
                 && m.role != crate::member::Role::Joining
                 && m.health == Health::Healthy
+                && m.diverged.is_none()
                 && !m.cordoned
                 && !zones.contains(m.zone.as_str())
         })

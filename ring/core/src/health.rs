@@ -28,6 +28,23 @@ pub fn judge(last_ack_ms: Option<u64>, since_election_ms: u64, timing: &Timing) 
     }
 }
 
+/// The health of a member that lost entries it had acknowledged (it diverged): never healthy,
+/// however well it answers; **lost** once no lease granted to it can still be running, that is
+/// when it has not been granted one for `member_lost_ms` (the leader grants a diverged member
+/// nothing), counted from the election when this leader never granted it one, exactly as for
+/// a silent member (DESIGN.md rule 2: a lost member's leases have run out, so what it hosted
+/// may start elsewhere); **suspect** until then.
+pub fn judge_diverged(
+    last_grant_ms: Option<u64>,
+    since_election_ms: u64,
+    timing: &Timing,
+) -> Health {
+    match judge(last_grant_ms, since_election_ms, timing) {
+        Some(Health::Lost) => Health::Lost,
+        _ => Health::Suspect,
+    }
+}
+
 /// How long, at least, no leader of a term below `term` can have granted a lease: the
 /// shortest of `reports`' silences (member -> (its vote's term when it reported, ms since it last
 /// accepted a message of a leader of a term below that)), if the members reporting at `term` or
@@ -103,5 +120,22 @@ mod tests {
         assert_eq!(judge(None, t.member_suspect_ms - 1, &t), None);
         assert_eq!(judge(None, t.member_suspect_ms, &t), Some(Health::Suspect));
         assert_eq!(judge(None, t.member_lost_ms, &t), Some(Health::Lost));
+    }
+
+    #[test]
+    fn a_diverged_member_is_never_healthy_and_lost_once_its_grants_ran_out() {
+        let t = Timing::default();
+        let lost = t.member_lost_ms;
+        // Granted a moment ago: suspect, not lost (that lease may still run).
+        assert_eq!(judge_diverged(Some(0), lost * 10, &t), Health::Suspect);
+        assert_eq!(
+            judge_diverged(Some(lost - 1), lost * 10, &t),
+            Health::Suspect
+        );
+        assert_eq!(judge_diverged(Some(lost), 0, &t), Health::Lost);
+        // Never granted by this leader: counted from its election.
+        assert_eq!(judge_diverged(None, 0, &t), Health::Suspect);
+        assert_eq!(judge_diverged(None, lost - 1, &t), Health::Suspect);
+        assert_eq!(judge_diverged(None, lost, &t), Health::Lost);
     }
 }

@@ -76,7 +76,7 @@ pub use command::{Command, ControlPlaneSpec, MemberSpec, Proposal};
 pub use control_plane::{ControlPlane, MoveKind, Phase};
 pub use error::CommandError;
 pub use history::{Event, History};
-pub use member::{Health, Member, Role};
+pub use member::{Divergence, Health, Member, Role};
 pub use state::{RingSettings, RingState};
 pub use timing::Timing;
 

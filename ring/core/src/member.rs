@@ -84,9 +84,38 @@ pub struct Member {
     /// Labels the operator gave it (placement preferences can name them).
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Set when a leader found it with less in its log than it had acknowledged
+    /// ([`Command::MarkDiverged`](super::command::Command::MarkDiverged), ring version 2): it
+    /// stays judged lost until it is removed. Absent in states of ring version 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diverged: Option<Divergence>,
+}
+
+/// Why a member is not trusted: it came back with less in its log than it had acknowledged (a
+/// restored disk or data directory, a disk that lied about a flush).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Divergence {
+    /// The highest log index it had acknowledged to the leader that found it: until its log
+    /// holds that far again, it grants no vote.
+    pub acknowledged_index: u64,
+    /// Why, in one line.
+    pub reason: String,
 }
 
 impl Member {
+    /// Records that it diverged; the first finding stays. `None` when it was recorded already.
+    pub fn mark_diverged(&mut self, divergence: Divergence) -> Option<String> {
+        if self.diverged.is_some() {
+            return None;
+        }
+        let detail = format!(
+            "diverged (it had acknowledged up to index {}): {}",
+            divergence.acknowledged_index, divergence.reason
+        );
+        self.diverged = Some(divergence);
+        Some(detail)
+    }
+
     /// What the member was registered with.
     pub fn spec(&self) -> MemberSpec {
         MemberSpec {

@@ -175,12 +175,14 @@ pub fn choose_host_planned(
 
 /// Why member `m` cannot host (or run an etcd member of) a control plane whose home is `home`
 /// (in `home_zone`), whatever the control plane's other wishes: its home, joining, suspect,
-/// lost, cordoned, or in the home's zone.
+/// lost, diverged, cordoned, or in the home's zone.
 fn unfit(m: &Member, home: Option<&str>, home_zone: Option<&str>) -> Option<String> {
     if home == Some(m.name.as_str()) {
         Some("its home".to_string())
     } else if m.role == Role::Joining {
         Some("joining".into())
+    } else if m.diverged.is_some() {
+        Some("diverged".into())
     } else if matches!(m.health, Health::Suspect | Health::Lost) {
         Some(m.health.to_string())
     } else if m.cordoned {

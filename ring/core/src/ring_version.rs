@@ -15,7 +15,8 @@
 //!
 //! Ring versions:
 //! - **1**: release 0.1.0 (no version in the state: an absent [`RingVersion`] is version 1).
-//! - **2**: release 0.2.0: [`Command::SetRingVersion`] and [`Command::HoldUpgrade`].
+//! - **2**: release 0.2.0: [`Command::SetRingVersion`], [`Command::HoldUpgrade`] and
+//!   [`Command::MarkDiverged`] (with [`Member::diverged`](crate::member::Member::diverged)).
 
 use serde::{Deserialize, Serialize};
 
@@ -88,7 +89,7 @@ impl RingVersion {
 pub fn introduced_in(command: &Command) -> u32 {
     match command {
         Command::SetRingVersion { version } => *version,
-        Command::HoldUpgrade { .. } => 2,
+        Command::HoldUpgrade { .. } | Command::MarkDiverged { .. } => 2,
         _ => INITIAL_RING_VERSION,
     }
 }

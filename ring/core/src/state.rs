@@ -22,7 +22,7 @@ use super::etcd_cluster::{
 };
 use super::history::{Event, History};
 use super::limits::{MAX_CONTROL_PLANES, MAX_MEMBERS};
-use super::member::{Health, Member, MemberSpec, Role};
+use super::member::{Divergence, Health, Member, MemberSpec, Role};
 use super::migration::{Migration, MigrationReport, MigrationStep};
 use super::names::check_name_in_zone;
 use super::placement::{self, Roster};
@@ -503,6 +503,19 @@ impl RingState {
                 member,
                 ids,
             } => self.record_etcd_ids(name, *generation, member, ids)?,
+            Command::MarkDiverged {
+                id,
+                acknowledged_index,
+            } => {
+                let divergence = Divergence {
+                    acknowledged_index: *acknowledged_index,
+                    reason: proposal.reason.clone(),
+                };
+                match self.member_mut(*id)?.mark_diverged(divergence) {
+                    Some(detail) => detail,
+                    None => return Ok(()),
+                }
+            }
             Command::SetLabels { id, labels } => {
                 let member = self.member_mut(*id)?;
                 member.labels = labels.clone();
@@ -2121,6 +2134,7 @@ fn new_member(spec: &MemberSpec, role: Role, wants_voter: bool) -> Member {
         contacted: false,
         cordoned: false,
         labels: BTreeMap::new(),
+        diverged: None,
     }
 }
 
@@ -2163,7 +2177,8 @@ fn subject(state: &RingState, command: &Command) -> String {
         Command::AddMember(spec) => format!("{}({})", spec.name, spec.id),
         Command::PromoteMember { id }
         | Command::RemoveMember { id }
-        | Command::SetHealth { id, .. } => member_name(id),
+        | Command::SetHealth { id, .. }
+        | Command::MarkDiverged { id, .. } => member_name(id),
         Command::AddControlPlane(spec) => spec.name.clone(),
         Command::RemoveControlPlane { name }
         | Command::SetControlPlaneLabels { name, .. }

@@ -20,7 +20,13 @@ pub fn member(m: &Member) -> pb::Member {
         labels: m.labels.clone(),
         // Set by the service, which knows the certificates members presented.
         certificate_revoked: String::new(),
-        diverged: String::new(),
+        // The ring's record (ring version 2); the service adds what this member found or
+        // was told.
+        diverged: m
+            .diverged
+            .as_ref()
+            .map(|d| d.reason.clone())
+            .unwrap_or_default(),
         binary: None,
     }
 }

@@ -74,6 +74,12 @@ impl Reads {
         if stale {
             return self.stale(ASKED_FOR_STALE.to_string());
         }
+        if let Some(own) = self.pool.own_divergence().get() {
+            return self.stale(format!(
+                "this member diverged, its state is not vouched for: {}",
+                own.reason
+            ));
+        }
         let started = Instant::now();
         let index = match tokio::time::timeout(self.wait, self.read_index()).await {
             Ok(Ok(index)) => index,

@@ -391,8 +391,16 @@ impl AdminService {
                 m.binary = Some(super::upgrade::binary(&version));
             }
         }
-        for (id, d) in self.transport.pool.diverged().all() {
-            if let Some(m) = out.get_mut(&id) {
+        let own = self
+            .transport
+            .pool
+            .own_divergence()
+            .get()
+            .map(|d| (self.me, d));
+        for (id, d) in self.transport.pool.diverged().all().into_iter().chain(own) {
+            if let Some(m) = out.get_mut(&id)
+                && m.diverged.is_empty()
+            {
                 m.diverged = d.reason;
             }
         }

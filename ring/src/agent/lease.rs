@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::raft::divergence::OwnDivergence;
 use crate::time::monotonic_ms;
 
 /// What a member knows of its own lease, for those who must not act on stale state after it
@@ -16,9 +17,24 @@ use crate::time::monotonic_ms;
 pub struct OwnLease {
     deadline_ms: AtomicU64,
     applied_index: AtomicU64,
+    /// Set when this member diverged: it then vouches for nothing, whatever its lease.
+    divergence: OwnDivergence,
 }
 
 impl OwnLease {
+    /// A lease that vouches for nothing once `divergence` is set.
+    pub fn new(divergence: OwnDivergence) -> Self {
+        Self {
+            divergence,
+            ..Self::default()
+        }
+    }
+
+    /// Whether this member diverged (then it vouches for nothing).
+    pub fn divergence(&self) -> &OwnDivergence {
+        &self.divergence
+    }
+
     /// Records a grant that runs until `deadline_ms` (monotonic clock), read by the leader at
     /// `applied_index`.
     pub fn record(&self, deadline_ms: u64, applied_index: u64) {
@@ -29,9 +45,11 @@ impl OwnLease {
     }
 
     /// Whether state applied up to `applied_index` may be vouched for at `now_ms` (monotonic):
-    /// the lease is current and the state is at least as fresh as the last grant.
+    /// the lease is current, the state is at least as fresh as the last grant, and this member
+    /// did not diverge.
     pub fn vouches(&self, now_ms: u64, applied_index: u64) -> bool {
-        now_ms < self.deadline_ms.load(Ordering::SeqCst)
+        self.divergence.get().is_none()
+            && now_ms < self.deadline_ms.load(Ordering::SeqCst)
             && applied_index >= self.applied_index.load(Ordering::SeqCst)
     }
 

@@ -134,13 +134,13 @@ impl Agent {
             name: name.to_string(),
             raft,
             state,
+            own: Arc::new(OwnLease::new(network.pool().own_divergence().clone())),
             network,
             desk,
             workloads,
             memory: Memory::default(),
             timing,
             last_error: None,
-            own: Arc::default(),
             granted: None,
             reported_healthy: BTreeMap::new(),
             again: false,
@@ -259,6 +259,15 @@ impl Agent {
     pub async fn round(&mut self) {
         self.again = false;
         self.deferred = false;
+        // The ring's record that this member diverged (ring version 2), once applied here.
+        if let Some(divergence) = self.state.read(|a| {
+            a.state
+                .members
+                .get(&self.me)
+                .and_then(|m| m.diverged.clone())
+        }) {
+            self.own.divergence().learn(&divergence);
+        }
         let running = self.workloads.running().await;
         let healthy = self.workloads.healthy().await;
         let sent_at_ms = monotonic_ms();
@@ -305,6 +314,9 @@ impl Agent {
             }
         };
         self.reported_healthy = healthy;
+        if let Some(divergence) = &reply.diverged {
+            self.own.divergence().learn(divergence);
+        }
         // What the leader knows of the members' binaries (its own reports, when it leads).
         if self.raft.metrics().borrow_watched().current_leader != Some(self.me) {
             self.desk.reports().learn(reply.versions);

@@ -15,16 +15,24 @@
 //! `garden_ring_member_diverged` and the alert `RingMemberDiverged`, until the member is
 //! replaced (`ringctl member remove`, then added anew with an empty data directory).
 //!
+//! From ring version 2 the leader also commits what it found
+//! ([`Command::MarkDiverged`](crate::core::Command::MarkDiverged)), so every member, and every
+//! later leader, shows it. The member itself learns it from the leader's answer to its lease
+//! renewal (it is granted nothing) or from that record once it applies it, and then
+//! ([`OwnDivergence`]) vouches for nothing: its `/readyz` is not ready, its builtin DNS answers
+//! SERVFAIL, its reads are stale, and it grants no vote while its log ends below what it had
+//! acknowledged, so it never helps elect a leader that lacks those entries.
+//!
 //! What no member can see (ARCHITECTURE.md, "Diverged members"): a member that lost entries
 //! and came back under a new leader that never saw its acknowledgement, before any leader
-//! replicated to it again, looks like a follower that is merely behind. The record is the
-//! leader's own and is not replicated (that needs a new command, so a ring version: issue 43).
+//! replicated to it again, looks like a follower that is merely behind.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::types::NodeId;
+pub use crate::core::Divergence;
 
 /// The highest log index a follower acknowledged in one replication session (a matching log
 /// id it answered), shared by the clones of that session's client.
@@ -46,22 +54,16 @@ impl Acknowledged {
 /// Why a conflict at `conflict_index`, answered by a follower that acknowledged up to
 /// `acknowledged`, means it lost acknowledged entries; `None` when it is an ordinary conflict
 /// (the follower is only behind, or holds entries of an older leader the current one does not).
-pub fn conflict_after_ack(acknowledged: Option<u64>, conflict_index: u64) -> Option<String> {
+pub fn conflict_after_ack(acknowledged: Option<u64>, conflict_index: u64) -> Option<Divergence> {
     let acked = acknowledged?;
-    (conflict_index <= acked).then(|| {
-        format!(
+    (conflict_index <= acked).then(|| Divergence {
+        acknowledged_index: acked,
+        reason: format!(
             "its log no longer holds index {conflict_index}, after it acknowledged up to index \
              {acked} to this leader: it lost entries it had acknowledged (a restored disk or data \
              directory, or a disk that lied about a flush); replace it with an empty data directory"
-        )
+        ),
     })
-}
-
-/// One diverged member, as the leader found it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Divergence {
-    /// The reason, one line.
-    pub reason: String,
 }
 
 /// The members this member found diverged while it led (not replicated; see the module docs).
@@ -71,11 +73,11 @@ pub struct Diverged(Arc<Mutex<BTreeMap<NodeId, Divergence>>>);
 impl Diverged {
     /// Records that `id` (named `name`) diverged; the first reason stays. Logged once, as an
     /// error: the ring runs on fewer members than it shows until this one is replaced.
-    pub fn mark(&self, id: NodeId, name: &str, reason: String) {
+    pub fn mark(&self, id: NodeId, name: &str, divergence: Divergence) {
         let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
         map.entry(id).or_insert_with(|| {
-            tracing::error!(peer = id, peer_name = %name, "member diverged: {reason}");
-            Divergence { reason }
+            tracing::error!(peer = id, peer_name = %name, "member diverged: {}", divergence.reason);
+            divergence
         });
     }
 
@@ -94,6 +96,49 @@ impl Diverged {
     }
 }
 
+/// What this member knows of its own divergence: set when the leader says so (in the answer to
+/// a renewal) or the ring's record of it is applied here, for the life of the process (a
+/// restart learns it again from the record or the leader). Shared by the agent's lease (which
+/// then vouches for nothing), the reads, and the peer service (which then grants no vote while
+/// the log ends below [`Divergence::acknowledged_index`]).
+#[derive(Debug, Default, Clone)]
+pub struct OwnDivergence(Arc<Mutex<Option<Divergence>>>);
+
+impl OwnDivergence {
+    /// Records that this member diverged; the first finding stays. Logged once, as an error.
+    pub fn learn(&self, divergence: &Divergence) {
+        let mut own = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if own.is_none() {
+            tracing::error!(
+                acknowledged_index = divergence.acknowledged_index,
+                "this member diverged, it vouches for nothing and grants no vote until its log \
+                 holds what it acknowledged; replace it (deploy/README.md, \"A member that \
+                 diverged\"): {}",
+                divergence.reason
+            );
+            *own = Some(divergence.clone());
+        }
+    }
+
+    /// Whether this member diverged, and why.
+    pub fn get(&self) -> Option<Divergence> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Why this member grants no vote now (its log ends at `last_log_index`), if it does not.
+    pub fn refuses_vote(&self, last_log_index: Option<u64>) -> Option<String> {
+        let own = self.get()?;
+        let last = last_log_index.unwrap_or(0);
+        (last < own.acknowledged_index).then(|| {
+            format!(
+                "this member lost entries it had acknowledged (its log ends at index {last}, it \
+                 had acknowledged up to {}): it grants no vote until its log holds them again",
+                own.acknowledged_index
+            )
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,9 +149,10 @@ mod tests {
         assert_eq!(conflict_after_ack(None, 5), None);
         // Acknowledged 39, asked for 40 with prev 39 -> conflict at 39: it lost 39.
         let why = conflict_after_ack(Some(39), 39).expect("diverged");
+        assert_eq!(why.acknowledged_index, 39);
         assert!(
-            why.contains("index 39") && why.contains("acknowledged"),
-            "{why}"
+            why.reason.contains("index 39") && why.reason.contains("acknowledged"),
+            "{why:?}"
         );
         assert!(conflict_after_ack(Some(39), 7).is_some());
         // Conflict above what it acknowledged: an ordinary probe.
@@ -123,10 +169,39 @@ mod tests {
         a.clone().matched(4);
         assert_eq!(a.highest(), Some(9));
         let d = Diverged::default();
-        d.mark(2, "b", "first".into());
-        d.mark(2, "b", "second".into());
+        let found = |reason: &str| Divergence {
+            acknowledged_index: 9,
+            reason: reason.into(),
+        };
+        d.mark(2, "b", found("first"));
+        d.mark(2, "b", found("second"));
         assert_eq!(d.get(2).map(|x| x.reason), Some("first".into()));
         assert_eq!(d.get(3), None);
         assert_eq!(d.all().len(), 1);
+    }
+
+    #[test]
+    fn a_diverged_member_grants_no_vote_until_its_log_holds_what_it_acknowledged() {
+        let own = OwnDivergence::default();
+        assert_eq!(own.refuses_vote(Some(3)), None, "not diverged: votes");
+        own.learn(&Divergence {
+            acknowledged_index: 69,
+            reason: "first".into(),
+        });
+        own.learn(&Divergence {
+            acknowledged_index: 5,
+            reason: "second".into(),
+        });
+        assert_eq!(own.get().map(|d| d.acknowledged_index), Some(69));
+        let why = own.refuses_vote(Some(30)).expect("refused");
+        assert!(
+            why.contains("ends at index 30") && why.contains("69"),
+            "{why}"
+        );
+        assert!(own.refuses_vote(None).is_some());
+        assert!(own.refuses_vote(Some(68)).is_some());
+        // Caught up again: its vote protects those entries like any member's.
+        assert_eq!(own.refuses_vote(Some(69)), None);
+        assert_eq!(own.refuses_vote(Some(400)), None);
     }
 }

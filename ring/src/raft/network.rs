@@ -28,7 +28,7 @@ use tokio::sync::watch;
 use tonic::transport::Channel;
 
 use super::codec::{decode, encode, readable, reads};
-use super::divergence::{Acknowledged, Diverged, conflict_after_ack};
+use super::divergence::{Acknowledged, Diverged, OwnDivergence, conflict_after_ack};
 use super::types::{
     MemberNode, NodeId, PingReply, ReadIndexReply, RenewReply, RenewRequest, SnapshotData,
     TypeConfig, Vote,
@@ -92,6 +92,8 @@ pub struct PeerPool {
     removed: watch::Sender<Option<String>>,
     /// Followers found to have lost entries they acknowledged (while this member led).
     diverged: Diverged,
+    /// Whether this member itself diverged (the leader told it, or it applied the record).
+    own_divergence: OwnDivergence,
     /// This member's ring generation (`RingState::generation`), sent with every request.
     generation: AtomicU64,
     /// The ring's active version (the applied state's), sent with every message as its codec.
@@ -107,6 +109,7 @@ impl PeerPool {
             unreachable: Mutex::default(),
             removed: watch::channel(None).0,
             diverged: Diverged::default(),
+            own_divergence: OwnDivergence::default(),
             generation: AtomicU64::new(0),
             codec: std::sync::atomic::AtomicU32::new(super::codec::CODEC_VERSION),
         }
@@ -202,6 +205,11 @@ impl PeerPool {
     /// The followers this member found diverged while it led.
     pub fn diverged(&self) -> &Diverged {
         &self.diverged
+    }
+
+    /// Whether this member itself diverged.
+    pub fn own_divergence(&self) -> &OwnDivergence {
+        &self.own_divergence
     }
 
     /// Peers currently unreachable, with the last error seen.
@@ -332,11 +340,9 @@ impl PeerClient {
             self.acknowledged.matched(index);
         }
         if let Some(index) = conflict
-            && let Some(reason) = conflict_after_ack(self.acknowledged.highest(), index)
+            && let Some(found) = conflict_after_ack(self.acknowledged.highest(), index)
         {
-            self.pool
-                .diverged
-                .mark(self.target, &self.node.name, reason);
+            self.pool.diverged.mark(self.target, &self.node.name, found);
         }
     }
 

@@ -104,6 +104,8 @@ impl pb::raft_server::Raft for Wrapped {
 struct Follower {
     raft: RaftNode,
     address: String,
+    /// What the follower knows of its own divergence (nothing, unless a test sets it).
+    divergence: crate::raft::divergence::OwnDivergence,
     _dir: tempfile::TempDir,
 }
 
@@ -139,6 +141,8 @@ impl Follower {
                 renew: Arc::new(Refuse),
             },
         );
+        let divergence = crate::raft::divergence::OwnDivergence::default();
+        let service = service.with_divergence(divergence.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap().to_string();
         let incoming = crate::tls::server::incoming(listener, Security::Insecure, "peer");
@@ -154,6 +158,7 @@ impl Follower {
         Self {
             raft,
             address,
+            divergence,
             _dir: dir,
         }
     }
@@ -366,4 +371,54 @@ async fn a_follower_that_does_not_answer_is_reported_unreachable_within_the_rpc_
         "{waited:?}"
     );
     assert!(answers.next().await.is_none(), "nothing after the error");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_diverged_follower_grants_no_vote_until_its_log_holds_what_it_acknowledged() {
+    let follower = Follower::start(Mode::Serve).await;
+    let mut client = follower.client();
+    let (tx, mut answers) = open(&mut client).await;
+    tx.send(append(None, 0..3)).await.unwrap();
+    let answer = answers.next().await.expect("an answer").expect("no error");
+    assert_eq!(answer, Ok(Some(log_id(1, 1, 2))));
+    drop((tx, answers));
+    // A candidate of term 2 whose log ends at index 2: a member whose log is no longer than
+    // that grants it.
+    let request = || VoteRequest::new(Vote::new(2, 3), Some(log_id(1, 1, 2)));
+    follower
+        .divergence
+        .learn(&crate::raft::divergence::Divergence {
+            acknowledged_index: 9,
+            reason: "lost 3..=9".into(),
+        });
+    let refused = client.vote(request(), option()).await;
+    let Err(RPCError::Network(e)) = &refused else {
+        panic!("expected the vote refused, got {refused:?}");
+    };
+    assert!(
+        e.to_string().contains("grants no vote") && e.to_string().contains("up to 9"),
+        "{e}"
+    );
+    let pre = client.pre_vote(request(), option()).await;
+    assert!(pre.is_err(), "a pre-vote is refused too: {pre:?}");
+    // Nothing reached openraft: its vote is still the leader's of term 1.
+    let vote = openraft::type_config::async_runtime::watch::WatchReceiver::borrow_watched(
+        &follower.raft.metrics(),
+    )
+    .vote;
+    assert_eq!(vote.leader_id.term, 1, "{vote:?}");
+
+    // Once its log holds what it acknowledged, it votes as any member.
+    let mut client = follower.client();
+    let (tx, mut answers) = open(&mut client).await;
+    tx.send(append(Some(2), 3..10)).await.unwrap();
+    let answer = answers.next().await.expect("an answer").expect("no error");
+    assert_eq!(answer, Ok(Some(log_id(1, 1, 9))));
+    drop((tx, answers));
+    // (As part of a leadership transfer: openraft refuses any other candidate while the
+    // leader of term 1, whose appends it just took, may still hold its lease.)
+    let mut request = VoteRequest::new(Vote::new(2, 3), Some(log_id(1, 1, 9)));
+    request.leadership_transfer = true;
+    let granted = client.vote(request, option()).await.expect("an answer");
+    assert!(granted.is_granted_to(&Vote::new(2, 3)), "{granted:?}");
 }

@@ -19,6 +19,7 @@ use openraft::type_config::async_runtime::watch::WatchReceiver;
 use super::StateMachineStore;
 use super::codec::{decode, encode, readable, reads};
 use super::contact::{InFlight, LeaderContact};
+use super::divergence::OwnDivergence;
 use super::network::{MAX_PEER_MESSAGE_BYTES, REMOVED_MARKER, removed_status};
 use super::types::{
     NodeId, PingReply, RaftNode, ReadIndexReply, RenewReply, RenewRequest, SnapshotMeta,
@@ -69,6 +70,9 @@ pub struct PeerService {
     contact: LeaderContact,
     seen: SeenCertificates,
     handlers: Handlers,
+    /// Whether this member diverged: then it grants no vote until its log holds what it had
+    /// acknowledged.
+    divergence: OwnDivergence,
 }
 
 /// The peer server with its interceptor (admits member certificates only).
@@ -104,6 +108,27 @@ impl PeerService {
             contact,
             seen,
             handlers,
+            divergence: OwnDivergence::default(),
+        }
+    }
+
+    /// Refuses votes while `divergence` says this member lost entries it had acknowledged.
+    pub fn with_divergence(mut self, divergence: OwnDivergence) -> Self {
+        self.divergence = divergence;
+        self
+    }
+
+    /// The refusal of a (pre-)vote while this member's log ends below what it acknowledged: a
+    /// candidate counts the error as no vote, and nothing of it reaches openraft (no vote or
+    /// term is stored).
+    fn refuse_vote(&self, from: NodeId) -> Result<(), Status> {
+        let last = self.raft.metrics().borrow_watched().last_log_index;
+        match self.divergence.refuses_vote(last) {
+            None => Ok(()),
+            Some(why) => {
+                tracing::warn!(candidate = from, "vote refused: {why}");
+                Err(Status::failed_precondition(why))
+            }
         }
     }
 
@@ -258,6 +283,7 @@ impl pb::raft_server::Raft for PeerService {
         request: Request<pb::RaftMessage>,
     ) -> Result<Response<pb::RaftMessage>, Status> {
         let (from, req) = self.open(request, "vote request")?;
+        self.refuse_vote(from)?;
         let resp = self.raft.vote(req).await.map_err(stopped)?;
         self.reply(from, "vote response", &resp)
     }
@@ -267,6 +293,7 @@ impl pb::raft_server::Raft for PeerService {
         request: Request<pb::RaftMessage>,
     ) -> Result<Response<pb::RaftMessage>, Status> {
         let (from, req) = self.open(request, "pre-vote request")?;
+        self.refuse_vote(from)?;
         let resp = self.raft.pre_vote(req).await.map_err(stopped)?;
         self.reply(from, "pre-vote response", &resp)
     }

@@ -193,4 +193,9 @@ pub struct RenewReply {
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub versions:
         std::collections::BTreeMap<NodeId, Option<crate::core::ring_version::MemberVersion>>,
+    /// Set when the leader found the member with less in its log than it had acknowledged
+    /// ([`crate::raft::divergence`]): it is then granted nothing. Absent from a leader that
+    /// predates it (release 0.1.0), which a member of that release ignores too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diverged: Option<crate::core::Divergence>,
 }

@@ -1328,3 +1328,81 @@ fn revocations_are_kept_once_bounded_and_taken_back_only_when_they_exist() {
     let err = refused(&mut state, 5_000, revoke("ffffff", "one more"));
     assert!(matches!(err, CommandError::Limit(_)), "{err:?}");
 }
+
+#[test]
+fn a_diverged_member_is_recorded_once_from_ring_version_2_and_never_placed_on() {
+    let mut state = ring3();
+    for (index, id) in (2..).zip(1..=3) {
+        let healthy = Command::SetHealth {
+            id,
+            health: Health::Healthy,
+        };
+        state.apply(index, &proposal(healthy)).unwrap();
+    }
+    let mark = |acknowledged_index| Command::MarkDiverged {
+        id: 2,
+        acknowledged_index,
+    };
+    // Ring version 1 (release 0.1.0) cannot read it: refused, nothing changes.
+    let err = refused(&mut state, 5, mark(69));
+    assert!(
+        matches!(err, CommandError::RingVersionTooLow { .. }),
+        "{err:?}"
+    );
+    state
+        .apply(6, &proposal(Command::SetRingVersion { version: 2 }))
+        .unwrap();
+    state.apply(7, &proposal(mark(69))).unwrap();
+    // A second finding changes nothing and records nothing.
+    state.apply(8, &proposal(mark(3))).unwrap();
+    let b = &state.members[&2];
+    assert_eq!(
+        b.diverged,
+        Some(Divergence {
+            acknowledged_index: 69,
+            reason: "because".into()
+        })
+    );
+    let events: Vec<_> = state
+        .history
+        .iter()
+        .filter(|e| e.action == "member.diverged")
+        .collect();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(events[0].detail.contains("up to index 69"), "{events:?}");
+    // Never a host, whatever its health says.
+    state
+        .apply(
+            9,
+            &proposal(Command::AddControlPlane(cp("cp-x", Some("a")))),
+        )
+        .unwrap();
+    state
+        .apply(
+            10,
+            &proposal(Command::AddControlPlane(cp("cp-y", Some("a")))),
+        )
+        .unwrap();
+    for name in ["cp-x", "cp-y"] {
+        assert_eq!(
+            state.control_planes[name].host.as_deref(),
+            Some("c"),
+            "{name}"
+        );
+    }
+    // Unknown members are refused.
+    let unknown = Command::MarkDiverged {
+        id: 9,
+        acknowledged_index: 1,
+    };
+    refused(&mut state, 11, unknown);
+    // A state of ring version 1 encodes without the field (0.1.0 reads it).
+    let v1 = ring3();
+    let json = serde_json::to_string(&v1).unwrap();
+    assert!(!json.contains("diverged"), "{json}");
+    // The removal takes the record with it (a replacement gets a new id).
+    state
+        .apply(12, &proposal(Command::RemoveMember { id: 2 }))
+        .unwrap();
+    assert!(!state.members.contains_key(&2));
+}

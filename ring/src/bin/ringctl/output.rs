@@ -94,7 +94,7 @@ pub fn members(members: &[pb::Member], leader_id: Option<u64>) -> String {
     let mut out = t.render();
     for line in diverged {
         out.push_str(&format!(
-            "\n{line}\n  it is judged lost and hosts nothing; never restore a member's data directory: \
+            "\n{line}\n  it is granted nothing and judged lost once its last lease ran out; never restore a member's data directory: \
              replace it (`ringctl member remove NAME`, then add it anew with an empty data directory: \
              deploy/README.md, \"A member that diverged\")"
         ));
