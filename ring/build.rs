@@ -5,9 +5,16 @@
 
 use protox::prost::Message as _;
 
+/// This package's directory, read when the script runs: `env!` would bake in the directory
+/// the script was compiled in, and a target directory shared by two checkouts (CI's cache of
+/// the bench build) would then read the other checkout's files, or none.
+fn manifest_dir() -> std::path::PathBuf {
+    std::path::PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     commit_id();
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../proto");
+    let root = manifest_dir().join("../proto");
     let files = ["gardenring/v1/admin.proto", "gardenring/v1/raft.proto"];
     for f in files {
         println!("cargo:rerun-if-changed={}", root.join(f).display());
@@ -42,7 +49,7 @@ fn commit_id() {
     let git = |args: &[&str]| {
         std::process::Command::new("git")
             .args(args)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .current_dir(manifest_dir())
             .output()
             .ok()
             .filter(|o| o.status.success())
@@ -62,7 +69,7 @@ fn commit_id() {
     .into_iter()
     .flatten()
     {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+        let path = manifest_dir().join(path);
         if path.exists() {
             println!("cargo:rerun-if-changed={}", path.display());
         }
