@@ -157,8 +157,10 @@ fn main() -> ExitCode {
         match frozen_until {
             None if now >= deadline && hold_ms > 0 => {
                 let _ = killpg(group, Signal::SIGSTOP);
-                say(&format!("frozen {}", monotonic_ms()));
-                frozen_until = Some(now + hold_ms);
+                // The hold counts from the moment reported (not from before the signal).
+                let frozen_at = monotonic_ms();
+                say(&format!("frozen {frozen_at}"));
+                frozen_until = Some(frozen_at + hold_ms);
                 continue;
             }
             None if now >= deadline => {
