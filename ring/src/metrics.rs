@@ -195,7 +195,7 @@ pub fn ready(raft: &RaftNode, own: &OwnLease, disk: &DiskHealth) -> Result<(), N
     if disk.problem().is_some() {
         return Err(NotReady::DiskFull);
     }
-    if own.divergence().get().is_some() {
+    if own.divergence().is_set() {
         return Err(NotReady::Diverged);
     }
     let m = raft.metrics().borrow_watched().clone();

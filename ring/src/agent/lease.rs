@@ -48,7 +48,7 @@ impl OwnLease {
     /// the lease is current, the state is at least as fresh as the last grant, and this member
     /// did not diverge.
     pub fn vouches(&self, now_ms: u64, applied_index: u64) -> bool {
-        self.divergence.get().is_none()
+        !self.divergence.is_set()
             && now_ms < self.deadline_ms.load(Ordering::SeqCst)
             && applied_index >= self.applied_index.load(Ordering::SeqCst)
     }

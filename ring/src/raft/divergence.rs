@@ -102,7 +102,10 @@ impl Diverged {
 /// then vouches for nothing), the reads, and the peer service (which then grants no vote while
 /// the log ends below [`Divergence::acknowledged_index`]).
 #[derive(Debug, Default, Clone)]
-pub struct OwnDivergence(Arc<Mutex<Option<Divergence>>>);
+pub struct OwnDivergence(
+    Arc<Mutex<Option<Divergence>>>,
+    Arc<std::sync::atomic::AtomicBool>,
+);
 
 impl OwnDivergence {
     /// Records that this member diverged; the first finding stays. Logged once, as an error.
@@ -117,7 +120,14 @@ impl OwnDivergence {
                 divergence.reason
             );
             *own = Some(divergence.clone());
+            self.1.store(true, Ordering::SeqCst);
         }
+    }
+
+    /// Whether this member diverged (a load, for the paths every DNS query and readiness
+    /// check takes; [`Self::get`] says why).
+    pub fn is_set(&self) -> bool {
+        self.1.load(Ordering::SeqCst)
     }
 
     /// Whether this member diverged, and why.
