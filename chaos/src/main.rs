@@ -14,6 +14,7 @@ mod model;
 mod netns;
 mod registry;
 mod report;
+mod restarts;
 mod scale;
 mod scenario;
 mod stale_disk;
@@ -304,7 +305,7 @@ fn run(args: RunArgs) -> anyhow::Result<bool> {
                 break 'scenarios;
             };
             println!(
-                "{} #{number}: {} (rto {} ms, detect {} ms, lost {}, split brain {}, window {} ms{}{})",
+                "{} #{number}: {} (rto {} ms, detect {} ms, lost {}, split brain {}, window {} ms{}{}{})",
                 run.scenario,
                 if run.passed() { "passed" } else { "FAILED" },
                 show(run.measures.rto_ms),
@@ -315,6 +316,13 @@ fn run(args: RunArgs) -> anyhow::Result<bool> {
                 run.measures
                     .etcd_repair_ms
                     .map(|ms| format!(", etcd clusters whole again after {ms} ms"))
+                    .unwrap_or_default(),
+                run.measures
+                    .etcd_restarts
+                    .map(|n| format!(
+                        ", {n} etcds restarted, longest write wait {} ms",
+                        run.clients.iter().map(|c| c.longest_gap_ms).max().unwrap_or(0)
+                    ))
                     .unwrap_or_default(),
                 run.measures
                     .registry

@@ -75,6 +75,10 @@ pub struct Measures {
     /// linearizability.
     #[serde(default)]
     pub registry: Option<RegistryCheck>,
+    /// Rolling restarts and upgrades: how many of the etcds running before were another
+    /// process after (none for other scenarios).
+    #[serde(default)]
+    pub etcd_restarts: Option<u64>,
 }
 
 /// What the linearizability check of the Admin API clients' history covered.

@@ -603,6 +603,7 @@ mod tests {
                         ..LossPhase::default()
                     }],
                     registry: None,
+                    etcd_restarts: None,
                 },
                 &[],
             ),
@@ -629,6 +630,7 @@ mod tests {
                     etcd_repair_ms: None,
                     loss_phases: Vec::new(),
                     registry: None,
+                    etcd_restarts: None,
                 },
                 &["split brain: 1 write acknowledged by the old host"],
             ),

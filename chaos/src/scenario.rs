@@ -504,6 +504,8 @@ async fn drive(
     };
     let mut outage: Option<(Instant, usize, &str)> = None;
     let mut loss_phases = Vec::new();
+    // Rolling restarts and upgrades: how many of the etcds they left running were restarted.
+    let mut etcd_restarts = None;
     let fault_ms = match scenario.fault {
         Fault::ZoneKill | Fault::LeaderZoneKill | Fault::ZoneReturn => {
             let killed = kill(&victim_zone, victim_index, world)?;
@@ -766,6 +768,10 @@ async fn drive(
                 },
             );
             let order = restart_order(world, upgrade).await?;
+            let pids_before: BTreeMap<String, u32> = crate::restarts::etcd_pids()
+                .into_iter()
+                .filter(|(cp, _)| hosts.contains_key(cp))
+                .collect();
             for i in order {
                 let name = world.members[i].name.clone();
                 world.members[i]
@@ -815,7 +821,31 @@ async fn drive(
                     &world.members[i].zone,
                     format!("{name} serves again"),
                 );
+                // And the next one only once this one is back in the ring (a rolling restart
+                // never has two members out at once).
+                crate::restarts::back_in_the_ring(world, i).await?;
+                timeline.add(
+                    "heal",
+                    &world.members[i].zone,
+                    format!("{name} back in the ring"),
+                );
             }
+            let restarted = crate::restarts::restarted(&pids_before, &crate::restarts::etcd_pids());
+            timeline.add(
+                "heal",
+                "",
+                format!(
+                    "{} of {} etcds restarted{}",
+                    restarted.len(),
+                    pids_before.len(),
+                    if restarted.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", restarted.join(", "))
+                    }
+                ),
+            );
+            etcd_restarts = Some(restarted.len() as u64);
             if upgrade {
                 let newest = garden_ring::core::ring_version::SUPPORTED_RING_VERSIONS.1;
                 world::wait_for(
@@ -1155,8 +1185,17 @@ async fn drive(
         elect_ms,
         etcd_repair_ms,
         registry: Some(registry),
+        etcd_restarts,
         ..Measures::default()
     };
+    // From this release on a restart leaves the etcds serving and the next ringd adopts them
+    // (an upgrade from a release before, whose ringd stops them, restarts each once).
+    if scenario.fault == Fault::RollingRestart && etcd_restarts.is_some_and(|n| n > 0) {
+        failures.push(format!(
+            "{} etcds were restarted by a rolling restart of ringd (0 expected)",
+            etcd_restarts.unwrap_or_default()
+        ));
+    }
     // Each lossy-link phase's longest wait for an acknowledgement, over all clients: no write
     // may wait longer than a lease (the host never stopped serving).
     for phase in &mut loss_phases {

@@ -271,7 +271,14 @@ impl Duties {
                         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
                     Some(judge_diverged(granted_ms, since_election_ms, &self.timing))
                 }
-                None => judge(last_ack_ms, since_election_ms, &self.timing),
+                // A member that announced its restart is not judged lost for a while (only a
+                // delay of the failover: always safe).
+                None => match judge(last_ack_ms, since_election_ms, &self.timing) {
+                    Some(crate::core::Health::Lost) if self.desk.restarting(m.id) => {
+                        Some(crate::core::Health::Suspect)
+                    }
+                    judged => judged,
+                },
             };
             let Some(health) = judged else {
                 continue;
@@ -286,6 +293,9 @@ impl Duties {
                             .unwrap_or_default()
                     ),
                     _ if m.id == self.me => "the leader itself".to_string(),
+                    Some(ms) if self.desk.restarting(m.id) => {
+                        format!("last contact {ms} ms ago; it announced its restart")
+                    }
                     Some(ms) => format!("last contact {ms} ms ago"),
                     None => match earlier_silent_ms {
                         Some(ms) if ms >= since_election_ms => format!(

@@ -43,6 +43,8 @@ use crate::upgrade::Reports;
 struct Inner {
     observations: Observations,
     last_renewal: BTreeMap<NodeId, Instant>,
+    /// Members that announced a restart: until when they are not judged lost.
+    restarting: BTreeMap<NodeId, Instant>,
     /// Member -> (its vote's term, when it last accepted a message of a leader of an earlier
     /// term, on this member's clock) from its latest renewal.
     earlier_leader: BTreeMap<NodeId, (u64, Instant)>,
@@ -68,6 +70,17 @@ pub struct LeaseDesk {
     reports: Arc<Reports>,
     /// The followers this member found diverged while it led (the network layer's record).
     diverged: Diverged,
+    /// What an announced restart gets.
+    policy_restart: RestartPolicy,
+}
+
+/// What a member that announces its restart gets ([`RenewRequest::restarting`]).
+#[derive(Debug, Clone, Copy)]
+pub struct RestartPolicy {
+    /// The lease of its last renewal ([`crate::core::Timing::restart_lease_ms`]).
+    pub lease_ms: u64,
+    /// How long it is not judged lost ([`crate::core::Timing::restart_grace_ms`]).
+    pub grace_ms: u64,
 }
 
 impl LeaseDesk {
@@ -89,6 +102,7 @@ impl LeaseDesk {
             inner: Mutex::new(Inner {
                 observations: Observations::default(),
                 last_renewal: BTreeMap::new(),
+                restarting: BTreeMap::new(),
                 earlier_leader: BTreeMap::new(),
                 rounds: BTreeMap::new(),
             }),
@@ -96,7 +110,17 @@ impl LeaseDesk {
             renewals: Arc::default(),
             reports,
             diverged,
+            policy_restart: RestartPolicy {
+                lease_ms: 0,
+                grace_ms: 0,
+            },
         }
+    }
+
+    /// What an announced restart gets (without this, the normal lease and no grace).
+    pub fn with_restarts(mut self, restart: RestartPolicy) -> Self {
+        self.policy_restart = restart;
+        self
     }
 
     /// Whether member `id` diverged: the ring's record of it, or this leader's finding.
@@ -131,6 +155,22 @@ impl LeaseDesk {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether member `id` announced a restart within the grace ([`Timing::restart_grace_ms`])
+    /// and has not renewed since: it is then not judged lost.
+    ///
+    /// [`Timing::restart_grace_ms`]: crate::core::Timing::restart_grace_ms
+    pub fn restarting(&self, id: NodeId) -> bool {
+        let mut inner = self.lock();
+        match inner.restarting.get(&id) {
+            Some(until) if Instant::now() < *until => true,
+            Some(_) => {
+                inner.restarting.remove(&id);
+                false
+            }
+            None => false,
+        }
+    }
+
     /// How long ago member `id` last renewed with this member (as leader).
     pub fn since_renewal(&self, id: NodeId) -> Option<Duration> {
         self.lock().last_renewal.get(&id).map(Instant::elapsed)
@@ -141,6 +181,7 @@ impl LeaseDesk {
         let mut inner = self.lock();
         inner.observations = Observations::default();
         inner.last_renewal.clear();
+        inner.restarting.clear();
         inner.earlier_leader.clear();
         inner.rounds.clear();
         drop(inner);
@@ -206,6 +247,12 @@ impl LeaseDesk {
             let mut inner = self.lock();
             // Any copy is contact, however late.
             inner.last_renewal.insert(from, arrived);
+            if request.restarting {
+                let grace = Duration::from_millis(self.policy_restart.grace_ms);
+                inner.restarting.insert(from, arrived + grace);
+            } else {
+                inner.restarting.remove(&from);
+            }
             if renewal::sort(inner.rounds.get(&from).copied(), request.round) == Arrival::Stale {
                 return Err(superseded(from, request.round));
             }
@@ -356,9 +403,21 @@ impl LeaseDesk {
             self.news.notify_one();
         }
         self.renewals.fetch_add(1, Ordering::Relaxed);
+        if request.restarting {
+            tracing::info!(
+                peer_id = from,
+                lease_ms = self.policy_restart.lease_ms,
+                grace_ms = self.policy_restart.grace_ms,
+                "the member announced its restart: what it hosts keeps serving under its guards"
+            );
+        }
         Ok(RenewReply {
             granted,
-            lease_ms: self.policy.lease_ms,
+            lease_ms: if request.restarting {
+                self.policy_restart.lease_ms.max(self.policy.lease_ms)
+            } else {
+                self.policy.lease_ms
+            },
             applied_index,
             replicas,
             versions: self.reports.view().versions,

@@ -51,6 +51,7 @@ pub mod logging;
 pub mod membership;
 pub mod metrics;
 pub mod node;
+pub mod process;
 pub mod raft;
 pub mod recovery;
 pub mod secret;

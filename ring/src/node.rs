@@ -355,14 +355,20 @@ impl Member {
         )
         .with_etcd_replace_after_ms(config.placement.etcd_replace_after_ms);
         let reports = Arc::new(crate::upgrade::Reports::default());
-        let desk = Arc::new(LeaseDesk::new(
-            id,
-            raft.clone(),
-            state.clone(),
-            policy.clone(),
-            reports.clone(),
-            pool.diverged().clone(),
-        ));
+        let desk = Arc::new(
+            LeaseDesk::new(
+                id,
+                raft.clone(),
+                state.clone(),
+                policy.clone(),
+                reports.clone(),
+                pool.diverged().clone(),
+            )
+            .with_restarts(crate::leases::RestartPolicy {
+                lease_ms: config.timing.restart_lease_ms(),
+                grace_ms: config.timing.restart_grace_ms(),
+            }),
+        );
         let renewals = desk.renewals();
         let membership = MembershipChanger::new(raft.clone());
         let workloads = Workloads::from_config(&config)?;
@@ -526,7 +532,7 @@ impl Member {
 
 /// After a shutdown begins, how long the gRPC servers wait for open connections to close before
 /// dropping them, in milliseconds.
-pub const SERVER_DRAIN_MS: u64 = 2_000;
+pub const SERVER_DRAIN_MS: u64 = 500;
 /// Most concurrent gRPC calls on one connection (HTTP/2 streams); more wait.
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 256;
 /// Largest request header list accepted, in bytes.

@@ -204,6 +204,50 @@ pub async fn keep_ring_version(
     }
 }
 
+/// Before this member's ringd exits (SIGTERM, an upgrade): if it leads, hands the leadership
+/// to the voter most up to date with it and waits (at most `wait_ms`) until another member
+/// leads, so that writes wait for one transfer rather than an election timeout, and the
+/// leaving member's last renewal (its announced restart) goes to the new leader. Nothing
+/// happens when it does not lead, or leads alone.
+pub async fn step_down(raft: &crate::raft::RaftNode, wait_ms: u64) {
+    use openraft::type_config::async_runtime::watch::WatchReceiver;
+    let m = raft.metrics().borrow_watched().clone();
+    if m.state != openraft::ServerState::Leader {
+        return;
+    }
+    let me = m.id;
+    let to = m
+        .membership_config
+        .membership()
+        .voter_ids()
+        .filter(|id| *id != me)
+        .max_by_key(|id| {
+            m.replication
+                .as_ref()
+                .and_then(|r| r.get(id).cloned().flatten())
+                .map(|l| l.index)
+        });
+    let Some(to) = to else {
+        return;
+    };
+    tracing::info!(to, "leaving: handing the leadership over first");
+    if let Err(e) = raft.trigger().transfer_leader(to).await {
+        tracing::warn!("cannot hand the leadership over: {e}");
+        return;
+    }
+    let moved = raft
+        .wait(Some(Duration::from_millis(wait_ms)))
+        .metrics(
+            |m| m.current_leader.is_some_and(|l| l != me),
+            "another member leads",
+        )
+        .await;
+    match moved {
+        Ok(m) => tracing::info!(leader = ?m.current_leader, "the leadership moved"),
+        Err(e) => tracing::warn!("the leadership did not move in {wait_ms} ms: {e}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -429,11 +429,29 @@ impl Proc {
 /// How many lines of each member's log a failing test prints: the tail, where a failure shows.
 const FAILURE_LOG_LINES: usize = 80;
 
+/// Kills (SIGKILL) every process whose command line names something under `dir`: the
+/// guards and etcds a member left behind on purpose (a restarted `ringd` adopts them), which
+/// would otherwise run on until their lease's hold ran out.
+pub fn kill_processes_under(dir: &std::path::Path) {
+    let needle = dir.to_string_lossy().to_string();
+    let me = std::process::id() as i32;
+    for (pid, args) in garden_ring::process::command_lines() {
+        if pid != me && args.iter().any(|a| a.contains(&needle)) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
 impl Drop for Proc {
-    /// Kills the process; when a test fails (the thread panics), prints the tail of its log,
-    /// so that a CI failure says what the member was doing.
+    /// Kills the process and what it left under its data directory; when a test fails (the
+    /// thread panics), prints the tail of its log, so that a CI failure says what the member
+    /// was doing.
     fn drop(&mut self) {
         self.kill9();
+        kill_processes_under(&self.config.etcd_data_root());
         if std::thread::panicking() {
             let tail = child::log_tail(&self.log_path, FAILURE_LOG_LINES);
             eprintln!(
@@ -898,6 +916,21 @@ pub async fn add_control_plane(
         .call(req, |mut c, r| async move { c.control_plane_add(r).await })
         .await
         .map(|r| r.index)
+}
+
+/// Waits (at most `timeout`) until control plane `name` runs on `host`, as the first of the
+/// three founders that answers sees it.
+pub async fn running_on_within(
+    ring: &Ring,
+    name: &str,
+    host: &str,
+    timeout: Duration,
+) -> pb::ControlPlane {
+    eventually(timeout, &format!("{name} runs on {host}"), || async {
+        let cp = cps(ring, &[0, 1, 2]).await.remove(name)?;
+        (cp.phase == "running" && cp.host == host).then_some(cp)
+    })
+    .await
 }
 
 /// The control planes as the first of `among` that answers sees them.

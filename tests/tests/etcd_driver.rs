@@ -264,15 +264,7 @@ async fn keys_at(cp: &pb::ControlPlane, host: &str) -> BTreeSet<String> {
 }
 
 async fn running_on(ring: &Ring, name: &str, host: &str) -> pb::ControlPlane {
-    eventually(
-        Duration::from_secs(20),
-        &format!("{name} runs on {host}"),
-        || async {
-            let cp = cps(ring, &[0, 1, 2]).await.remove(name)?;
-            (cp.phase == "running" && cp.host == host).then_some(cp)
-        },
-    )
-    .await
+    garden_ring_tests::running_on_within(ring, name, host, Duration::from_secs(20)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

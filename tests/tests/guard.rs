@@ -179,3 +179,189 @@ fn bad_flags_are_refused_with_usage() {
         assert!(err.contains("usage: ring-guard"), "{flags:?}: {err}");
     }
 }
+
+/// One controller connection to a guard's `--control` socket.
+struct Controller {
+    writer: std::os::unix::net::UnixStream,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Controller {
+    fn connect(path: &std::path::Path) -> Controller {
+        let until = monotonic_ms() + 5_000;
+        let stream = loop {
+            match std::os::unix::net::UnixStream::connect(path) {
+                Ok(s) => break s,
+                Err(e) => {
+                    assert!(
+                        monotonic_ms() < until,
+                        "no guard on {}: {e}",
+                        path.display()
+                    );
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        };
+        let reader = stream.try_clone().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(reader).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Controller {
+            writer: stream,
+            lines,
+        }
+    }
+
+    fn say(&mut self, line: &str) {
+        writeln!(self.writer, "{line}").unwrap();
+    }
+
+    /// The next line starting with `prefix` (others are skipped), within 5 s.
+    fn expect(&self, prefix: &str) -> String {
+        let until = monotonic_ms() + 5_000;
+        loop {
+            let left = until.saturating_sub(monotonic_ms()).max(1);
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_millis(left))
+                .unwrap_or_else(|_| panic!("no line starting {prefix:?} within 5 s"));
+            if line.starts_with(prefix) {
+                return line;
+            }
+        }
+    }
+}
+
+/// Sends `text` over `stream` and reads it back from the echo server behind the gate.
+fn echoes(stream: &mut std::net::TcpStream, text: &[u8]) -> bool {
+    use std::io::Read;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    if stream.write_all(text).is_err() {
+        return false;
+    }
+    let mut got = vec![0u8; text.len()];
+    stream.read_exact(&mut got).is_ok() && got == text
+}
+
+#[test]
+fn a_controlled_guard_outlives_its_controller_and_is_adopted_by_the_next() {
+    // The workload's own address: an echo server standing in for etcd.
+    let echo = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = echo.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in echo.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                let mut reader = conn.try_clone().unwrap();
+                let mut writer = conn;
+                let _ = std::io::copy(&mut reader, &mut writer);
+            });
+        }
+    });
+    let listen = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("guard.sock");
+    let mut child = Command::new(garden_ring_tests::binary("ring-guard"))
+        .current_dir(dir.path())
+        .args([
+            "--fence-ms",
+            "200",
+            "--hold-ms",
+            "5000",
+            "--control",
+            "guard.sock",
+        ])
+        .args(["--gate", &format!("{listen}={target}")])
+        .args(["--", "sleep", "60"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start ring-guard");
+
+    // The first controller starts it and opens the gate.
+    let mut first = Controller::connect(&socket);
+    first.say(&format!("deadline {}", monotonic_ms() + 3_000));
+    let started = first.expect("started ");
+    let pid: u32 = started["started ".len()..].parse().unwrap();
+    first.say("open");
+    first.expect("gate open");
+    let mut client = std::net::TcpStream::connect(listen).expect("the gate accepts");
+    assert!(echoes(&mut client, b"before"));
+
+    // Its controller goes (ringd exits): the workload and the client's connection stay.
+    drop(first);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        echoes(&mut client, b"between"),
+        "the connection outlives the controller"
+    );
+    let mut another = std::net::TcpStream::connect(listen).expect("the gate still accepts");
+    assert!(echoes(&mut another, b"new"));
+
+    // The next one adopts it: same workload, same deadline.
+    let mut next = Controller::connect(&socket);
+    next.say("status");
+    let status = next.expect("status ");
+    assert!(status.contains(&format!(" pid={pid} ")), "{status}");
+    assert!(
+        status.contains("frozen=0") && status.contains("gate=open"),
+        "{status}"
+    );
+    assert!(status.contains(&format!("target={target}")), "{status}");
+    assert!(
+        status.contains(&format!("guard={}", child.id())),
+        "{status}"
+    );
+
+    // A lapse: the gate closes itself, the workload is frozen; a newer deadline thaws it and
+    // the gate opens again, on the same workload.
+    next.say(&format!("deadline {}", monotonic_ms() + 3_000));
+    next.expect("frozen ");
+    next.expect("gate ran-out");
+    assert!(
+        !echoes(&mut client, b"after the deadline"),
+        "nothing relayed after it"
+    );
+    next.say(&format!("deadline {}", monotonic_ms() + 10_000));
+    next.expect("thawed ");
+    next.say("open");
+    next.expect("gate open");
+    let mut again = std::net::TcpStream::connect(listen).expect("open again");
+    assert!(echoes(&mut again, b"again"));
+    next.say("status");
+    let status = next.expect("status ");
+    assert!(status.contains(&format!(" pid={pid} ")), "{status}");
+
+    // Closed: every connection cut, none accepted.
+    next.say("close");
+    next.expect("gate closed");
+    assert!(!echoes(&mut again, b"closed"));
+    assert!(
+        std::net::TcpStream::connect(listen).is_err(),
+        "the gate is closed"
+    );
+
+    // A second guard on the same socket refuses to start.
+    let out = Command::new(garden_ring_tests::binary("ring-guard"))
+        .current_dir(dir.path())
+        .args(["--fence-ms", "200", "--control", "guard.sock", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("another guard listens"),
+        "{out:?}"
+    );
+
+    next.say("stop");
+    next.expect("stopped ");
+    assert!(child.wait().unwrap().success());
+    assert!(!socket.exists(), "the socket file goes with the guard");
+}

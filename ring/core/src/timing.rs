@@ -100,6 +100,26 @@ impl Timing {
         self.lease_ms + self.fence_ms
     }
 
+    /// The lease a leader grants with a member's last renewal before it restarts (an announced
+    /// restart: ring's `RenewRequest::restarting`): the longest any lease may be, one millisecond
+    /// under `member_lost_ms - fence_ms - clock_margin_ms` (DESIGN.md rule 2 holds for it as for
+    /// every lease, also against a leader elected later that knows nothing of the announcement),
+    /// and never shorter than `lease_ms`.
+    pub fn restart_lease_ms(&self) -> u64 {
+        self.member_lost_ms
+            .saturating_sub(self.fence_ms)
+            .saturating_sub(self.clock_margin_ms)
+            .saturating_sub(1)
+            .max(self.lease_ms)
+    }
+
+    /// How long a leader that heard a member announce its restart does not judge it lost
+    /// (suspect at most): three times `member_lost_ms`. Only a delay of the failover, so
+    /// always safe; a member that does not come back within it is handled as any silent one.
+    pub fn restart_grace_ms(&self) -> u64 {
+        self.member_lost_ms.saturating_mul(3)
+    }
+
     /// How long before an unrenewed lease runs out a host stops a workload itself, so that its
     /// final snapshot is taken while etcd still runs: a quarter of the lease, at least 50 ms.
     pub fn self_fence_margin_ms(&self) -> u64 {
@@ -198,6 +218,14 @@ mod tests {
     #[test]
     fn derived_intervals_follow_the_timings_with_their_floors() {
         let production = Timing::default();
+        assert_eq!(production.restart_lease_ms(), 4_999);
+        assert_eq!(production.restart_grace_ms(), 24_000);
+        assert_eq!(Timing::loopback().restart_lease_ms(), 1_299);
+        for t in [production.clone(), Timing::loopback()] {
+            // Rule 2 holds for the restart lease too.
+            assert!(t.member_lost_ms > t.restart_lease_ms() + t.fence_ms + t.clock_margin_ms);
+            assert!(t.restart_lease_ms() >= t.lease_ms);
+        }
         assert_eq!(production.renew_interval_ms(), 1_000);
         assert_eq!(production.renew_timeout_ms(), 2_000);
         assert_eq!(production.self_fence_margin_ms(), 1_000);

@@ -87,6 +87,17 @@ impl Replica {
     }
 }
 
+/// What a start found of its previous run's etcds ([`Workloads::adopt`]).
+#[derive(Debug, Default)]
+pub struct Adoption {
+    /// Adopted: serving (or frozen) here at that epoch, without a restart.
+    pub adopted: Vec<(String, u64)>,
+    /// Found at an epoch the applied state no longer has here, and stopped.
+    pub stopped: Vec<(String, u64)>,
+    /// Guards over this member's etcd data that could not be adopted (no control socket).
+    pub unknown_guards: Vec<i32>,
+}
+
 /// The workloads of one member.
 pub struct Workloads {
     member: String,
@@ -333,6 +344,40 @@ impl Workloads {
         Ok(())
     }
 
+    /// Takes over the etcds a previous run of this member left under their guards (etcd
+    /// driver only; `None` with the others, which adopt nothing). `target_of` builds a
+    /// control plane's target at an epoch from the applied state ([`Target::adopted`]); a
+    /// guard whose control plane the state moved on or removed is stopped.
+    pub async fn adopt(
+        &mut self,
+        target_of: impl Fn(&str, u64) -> Option<Target>,
+    ) -> Option<Adoption> {
+        let runtime = self.etcd.clone()?;
+        let mut adoption = Adoption::default();
+        for mut found in super::adoption::find(&runtime.data_root).await {
+            let span = crate::logging::control_plane_span(&found.name, found.epoch);
+            match target_of(&found.name, found.epoch) {
+                Some(target) if !self.etcd_instances.contains_key(&found.name) => {
+                    let instance =
+                        EtcdInstance::adopt(runtime.clone(), target, found.guard, found.status);
+                    self.etcd_instances.insert(found.name.clone(), instance);
+                    adoption.adopted.push((found.name, found.epoch));
+                }
+                _ => {
+                    span.in_scope(|| {
+                        tracing::warn!(
+                            "a previous run left etcd running at an epoch this member no longer serves; stopping it"
+                        )
+                    });
+                    found.guard.stop(self.fence_ms).instrument(span).await;
+                    adoption.stopped.push((found.name, found.epoch));
+                }
+            }
+        }
+        adoption.unknown_guards = super::adoption::unknown_guards(&runtime.data_root);
+        Some(adoption)
+    }
+
     /// Starts this member's etcd member of a zone-tolerant control plane, to be stopped at
     /// `deadline_ms` (monotonic) unless extended.
     pub fn start_replica(&mut self, target: ReplicaTarget, deadline_ms: u64) {
@@ -449,7 +494,7 @@ impl Workloads {
     pub async fn extend(&mut self, name: &str, epoch: u64, deadline_ms: u64) {
         if let Some(instance) = self.etcd_instances.get(name) {
             if instance.target().epoch == epoch {
-                instance.extend(deadline_ms);
+                instance.extend_now(deadline_ms).await;
             }
             return;
         }

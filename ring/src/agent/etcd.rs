@@ -53,9 +53,10 @@ use super::etcd_gc::{self, Collected};
 use super::etcd_replica::ReplicaHandle;
 pub use super::etcd_runtime::{EtcdRuntime, SnapshotTimes};
 use super::gate::Gate;
+use super::guarded::{GuardGate, GuardLink, GuardStatus, Guarded};
 use super::lease::{lease_ran_out, lease_runs_out};
 use super::workload::ClusterDuty;
-use super::workload::{DriverError, Guard, GuardLimits, Target};
+use super::workload::{DriverError, GuardLimits, Target};
 use crate::backup::copy::{CopyOptions, CopyProgress};
 use crate::backup::etcd::{EtcdClient, EtcdClientOptions};
 use crate::backup::location::BackupLocation;
@@ -117,7 +118,33 @@ struct View {
 
 struct Shared {
     view: Mutex<View>,
-    gate: tokio::sync::Mutex<Option<Gate>>,
+    gate: tokio::sync::Mutex<Option<OpenGate>>,
+    /// The guard of an own etcd, once it runs: [`EtcdInstance::extend_now`] moves its
+    /// deadline directly.
+    guard: Mutex<Option<GuardLink>>,
+}
+
+/// An open public endpoint: kept by this process (a zone-tolerant control plane's front end)
+/// or by the guard of an own etcd ([`Guarded`], so that it outlives `ringd`).
+enum OpenGate {
+    Local(Gate),
+    Guarded(GuardGate),
+}
+
+impl OpenGate {
+    fn ran_out(&self) -> watch::Receiver<bool> {
+        match self {
+            OpenGate::Local(g) => g.ran_out(),
+            OpenGate::Guarded(g) => g.ran_out(),
+        }
+    }
+
+    async fn close(self) {
+        match self {
+            OpenGate::Local(g) => g.close().await,
+            OpenGate::Guarded(g) => g.close().await,
+        }
+    }
 }
 
 impl Shared {
@@ -160,6 +187,9 @@ pub struct EtcdInstance {
     target: Target,
     deadline: watch::Sender<u64>,
     stop: watch::Sender<bool>,
+    /// Set when this ringd leaves: the task ends at once and leaves etcd and its endpoint to
+    /// the guard, for the next ringd of this member to adopt.
+    detach: watch::Sender<bool>,
     change: watch::Sender<Option<ClusterDuty>>,
     shared: Arc<Shared>,
     task: JoinHandle<()>,
@@ -177,8 +207,26 @@ impl EtcdInstance {
         deadline_ms: u64,
         replica: Option<ReplicaHandle>,
     ) -> Self {
+        Self::launch(runtime, target, deadline_ms, Launch::Start(replica))
+    }
+
+    /// Takes over the etcd a previous run of this member left serving (or frozen) under its
+    /// guard at `target`'s epoch: no restore, no restart; its backups go on from a full
+    /// snapshot taken at once.
+    pub(super) fn adopt(
+        runtime: Arc<EtcdRuntime>,
+        target: Target,
+        guard: Guarded,
+        status: GuardStatus,
+    ) -> Self {
+        let deadline_ms = status.deadline_ms;
+        Self::launch(runtime, target, deadline_ms, Launch::Adopt(guard, status))
+    }
+
+    fn launch(runtime: Arc<EtcdRuntime>, target: Target, deadline_ms: u64, launch: Launch) -> Self {
         let (deadline, deadline_rx) = watch::channel(deadline_ms);
         let (stop, stop_rx) = watch::channel(false);
+        let (detach, mut detach_rx) = watch::channel(false);
         let (change, change_rx) = watch::channel(None);
         let shared = Arc::new(Shared {
             view: Mutex::new(View {
@@ -195,25 +243,61 @@ impl EtcdInstance {
                 failed: None,
             }),
             gate: tokio::sync::Mutex::new(None),
+            guard: Mutex::new(None),
         });
         // Every line the instance logs, the backup code's included, names its control plane
         // and epoch.
         let span = crate::logging::control_plane_span(&target.name, target.epoch);
+        let task_shared = shared.clone();
+        let task_target = target.clone();
+        let work = async move {
+            match launch {
+                Launch::Start(replica) => {
+                    run(
+                        runtime,
+                        task_target,
+                        task_shared,
+                        deadline_rx,
+                        stop_rx,
+                        replica.map(|r| (r, change_rx)),
+                    )
+                    .await
+                }
+                Launch::Adopt(guard, status) => {
+                    run_adopted(
+                        runtime,
+                        task_target,
+                        task_shared,
+                        guard,
+                        status,
+                        deadline_rx,
+                        stop_rx,
+                    )
+                    .await
+                }
+            }
+        };
         let task = tokio::spawn(
-            run(
-                runtime,
-                target.clone(),
-                shared.clone(),
-                deadline_rx,
-                stop_rx,
-                replica.map(|r| (r, change_rx)),
-            )
+            async move {
+                tokio::select! {
+                    // Detaching first: the instance's owner is gone (its stop and deadline
+                    // senders with it), which the work must not take for a stop.
+                    biased;
+                    _ = detach_rx.wait_for(|d| *d) => {
+                        // Whatever it was doing is dropped; the guard keeps etcd and its
+                        // endpoint until the lease's deadline.
+                        tracing::info!("left to its guard: the next ringd of this member adopts it");
+                    }
+                    () = work => {}
+                }
+            }
             .instrument(span),
         );
         Self {
             target,
             deadline,
             stop,
+            detach,
             change,
             shared,
             task,
@@ -261,6 +345,24 @@ impl EtcdInstance {
             }
             later
         });
+    }
+
+    /// Moves the lease deadline later, and while etcd serves, its guard's too before this
+    /// returns (not only when the instance's task next runs): what a leaving ringd extends
+    /// (its farewell renewal's lease) must reach the guard before it exits.
+    pub async fn extend_now(&self, deadline_ms: u64) {
+        self.extend(deadline_ms);
+        let link = self
+            .shared
+            .guard
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(link) = link
+            && self.phase() == InstancePhase::Serving
+        {
+            link.set_deadline(deadline_ms).await;
+        }
     }
 
     /// Stops serving now (the gate is closed when this returns); the final snapshot and
@@ -321,9 +423,18 @@ impl EtcdInstance {
 impl Drop for EtcdInstance {
     fn drop(&mut self) {
         // The task ends itself on stop; an instance dropped without one (ringd shutting
-        // down) leaves etcd to its guard, which stops it at the deadline.
-        let _ = self.stop.send(true);
+        // down) leaves etcd to its guard: the next ringd adopts it, or the guard ends it at
+        // the deadline.
+        let _ = self.detach.send(true);
     }
+}
+
+/// How an instance begins.
+enum Launch {
+    /// Prepares the data and starts etcd (or fronts this member's etcd member of it).
+    Start(Option<ReplicaHandle>),
+    /// Takes over an etcd a previous run left under its guard.
+    Adopt(Guarded, GuardStatus),
 }
 
 /// Why serving ended.
@@ -395,6 +506,14 @@ enum InstanceError {
     /// The control plane's public endpoint could not be opened.
     #[error(transparent)]
     Gate(#[from] super::gate::GateError),
+    /// The guard could not open the control plane's public endpoint.
+    #[error("the guard cannot open the endpoint {public}: {why}")]
+    GuardGate {
+        /// The public address.
+        public: SocketAddr,
+        /// What the guard said.
+        why: String,
+    },
     /// This member's backup location is unusable.
     #[error(transparent)]
     Location(#[from] crate::backup::location::LocationError),
@@ -482,6 +601,101 @@ async fn run(
     }
     shared.set_phase(InstancePhase::Ended);
     tracing::info!("etcd stopped ({ending:?})");
+}
+
+/// Serves the etcd a previous run of this member left under `guard` (see
+/// [`EtcdInstance::adopt`]).
+async fn run_adopted(
+    runtime: Arc<EtcdRuntime>,
+    target: Target,
+    shared: Arc<Shared>,
+    guard: Guarded,
+    status: GuardStatus,
+    mut deadline: watch::Receiver<u64>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let name = target.name.clone();
+    let epoch = target.epoch;
+    struct Forget<'a>(&'a EtcdRuntime, &'a str, u64);
+    impl Drop for Forget<'_> {
+        fn drop(&mut self) {
+            self.0.snapshots.forget(self.1, self.2);
+            self.0.backups.forget(self.1, self.2);
+        }
+    }
+    let _forget = Forget(&runtime, &name, epoch);
+    shared.report(MigrationStep::Starting, |r| {
+        r.note = "adopted from this member's previous ringd: no restore, no restart".into();
+    });
+    *shared.guard.lock().unwrap_or_else(|e| e.into_inner()) = Some(guard.link());
+    let mut backend = Backend::Own(guard);
+    let Some(relay_to) = status.target else {
+        tracing::error!("the guard names no address of its etcd; stopping it");
+        backend.stop(runtime.timing.fence_ms).await;
+        shared.set_phase(InstancePhase::Ended);
+        return;
+    };
+    tracing::info!(
+        pid = status.pid,
+        frozen = status.frozen,
+        gate_open = status.gate_open,
+        "adopting the etcd on {relay_to} left by this member's previous ringd"
+    );
+    let client_options = EtcdClientOptions {
+        connect_timeout_ms: 500,
+        request_timeout_ms: runtime.timing.workload_request_timeout_ms(),
+        ..EtcdClientOptions::default()
+    };
+    let client_url = format!("http://{relay_to}");
+    // A frozen etcd answers once a grant thaws it: until then, only the deadline moves.
+    let client = loop {
+        if let Ok(client) = EtcdClient::connect(&client_url, client_options).await {
+            break client;
+        }
+        tokio::select! {
+            _ = stopped(&mut stop) => {
+                backend.stop(runtime.timing.fence_ms).await;
+                shared.set_phase(InstancePhase::Ended);
+                return;
+            }
+            status = backend.ended() => {
+                shared.view().failed = Some(format!("etcd exited while being adopted: {status}"));
+                shared.set_phase(InstancePhase::Ended);
+                return;
+            }
+            changed = deadline.changed() => {
+                if changed.is_ok() {
+                    let d = *deadline.borrow_and_update();
+                    backend.set_deadline(d).await;
+                }
+            }
+            () = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+    };
+    let served = behind_gate(
+        &runtime,
+        &target,
+        &shared,
+        client,
+        relay_to,
+        backend,
+        None,
+        &mut deadline,
+        &mut stop,
+    )
+    .await;
+    match served {
+        Ok(Ending::Exited(status)) => {
+            shared.view().failed = Some(format!("etcd exited while serving: {status}"));
+        }
+        Ok(ending) => tracing::info!("etcd stopped ({ending:?})"),
+        Err(why) => {
+            tracing::error!("{why}");
+            shared.close_gate().await;
+            shared.view().failed = Some(why.to_string());
+        }
+    }
+    shared.set_phase(InstancePhase::Ended);
 }
 
 /// Resolves once `stop` is set.
@@ -843,9 +1057,15 @@ async fn serve(
             .member_lost_ms
             .saturating_mul(HOLD_MEMBER_LOST_TIMES),
     };
-    let mut guard = Guard::spawn(
+    // The guard keeps the public endpoint (closed until the gate opens below), so that
+    // clients' connections outlive this ringd.
+    let public = resolve(&target.endpoint).await?;
+    let relay_to = SocketAddr::from(([127, 0, 0, 1], client_port));
+    let mut guard = Guarded::spawn(
         &runtime.guard_binary,
         limits,
+        &dir,
+        (public, relay_to),
         &argv,
         &env,
         deadline_ms,
@@ -853,6 +1073,7 @@ async fn serve(
         epoch,
     )
     .await?;
+    *shared.guard.lock().unwrap_or_else(|e| e.into_inner()) = Some(guard.link());
 
     // Wait until etcd answers.
     let client_options = EtcdClientOptions {
@@ -888,7 +1109,6 @@ async fn serve(
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     tracing::info!("etcd runs on {client_url} (data in {})", dir.display());
-    let relay_to = SocketAddr::from(([127, 0, 0, 1], client_port));
     behind_gate(
         runtime,
         target,
@@ -907,7 +1127,7 @@ async fn serve(
 /// of a zone-tolerant control plane, which runs on and which the instance only fronts (with
 /// the step of its cluster's change to carry out).
 enum Backend {
-    Own(Guard),
+    Own(Guarded),
     Replica(ReplicaHandle, watch::Receiver<Option<ClusterDuty>>),
 }
 
@@ -926,6 +1146,27 @@ impl Backend {
     async fn set_deadline(&mut self, deadline_ms: u64) {
         if let Backend::Own(guard) = self {
             guard.set_deadline(deadline_ms).await;
+        }
+    }
+
+    /// Opens the public endpoint `public` to etcd at `relay_to` until the lease's `deadline`:
+    /// the guard's gate for an own etcd, one in this process for an etcd member.
+    async fn open_gate(
+        &self,
+        public: SocketAddr,
+        relay_to: SocketAddr,
+        deadline: watch::Receiver<u64>,
+    ) -> Result<OpenGate, InstanceError> {
+        match self {
+            Backend::Own(guard) => guard
+                .open_gate()
+                .await
+                .map(OpenGate::Guarded)
+                .map_err(|why| InstanceError::GuardGate { public, why }),
+            Backend::Replica(..) => Gate::open(public, relay_to, deadline)
+                .await
+                .map(OpenGate::Local)
+                .map_err(InstanceError::Gate),
         }
     }
 
@@ -1146,11 +1387,11 @@ async fn behind_gate(
         },
         None => false,
     };
-    let gate = match Gate::open(public, relay_to, deadline.clone()).await {
+    let gate = match backend.open_gate(public, relay_to, deadline.clone()).await {
         Ok(gate) => gate,
         Err(e) => {
             backend.stop(runtime.timing.fence_ms).await;
-            return Err(InstanceError::Gate(e));
+            return Err(e);
         }
     };
     let mut gate_ran_out = gate.ran_out();
@@ -1416,7 +1657,7 @@ async fn behind_gate(
             Held::Stopped => break 'serve Ending::Stopped,
             Held::Exited(status) => break 'serve Ending::Exited(status),
         }
-        match Gate::open(public, relay_to, deadline.clone()).await {
+        match backend.open_gate(public, relay_to, deadline.clone()).await {
             Ok(gate) => {
                 gate_ran_out = gate.ran_out();
                 *shared.gate.lock().await = Some(gate);

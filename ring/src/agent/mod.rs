@@ -13,6 +13,7 @@
 //! Without a fresh grant it starts and extends nothing; each workload's guard then stops it at
 //! the deadline of the last grant, whatever `ringd` is doing (DESIGN.md rule 1).
 
+mod adoption;
 pub mod backup_status;
 pub mod driver;
 pub mod etcd;
@@ -22,6 +23,7 @@ mod etcd_membership;
 mod etcd_replica;
 mod etcd_runtime;
 pub mod gate;
+pub(crate) mod guarded;
 mod lease;
 mod workload;
 
@@ -98,6 +100,9 @@ pub struct Agent {
     /// This process's run and the last round's number in it (see [`RenewRound`]).
     run: u64,
     seq: u64,
+    /// This ringd is leaving (SIGTERM): its renewal announces the restart, and its grant only
+    /// extends what runs (see [`Agent::farewell`]).
+    restarting: bool,
 }
 
 /// A run id for this process: random, so a restarted member never repeats one.
@@ -147,6 +152,7 @@ impl Agent {
             deferred: false,
             run: new_run(),
             seq: 0,
+            restarting: false,
         }
     }
 
@@ -255,6 +261,45 @@ impl Agent {
             .into())
     }
 
+    /// The last renewal of this ringd before it exits (SIGTERM): it announces the restart, so
+    /// the leader grants the longest lease DESIGN.md rule 2 allows and does not judge this
+    /// member lost for a while; what runs here gets that deadline and is left to its guards
+    /// for the next ringd to adopt.
+    pub async fn farewell(&mut self) {
+        self.restarting = true;
+        let before = self.own.remaining_ms(monotonic_ms());
+        self.round().await;
+        let after = self.own.remaining_ms(monotonic_ms());
+        tracing::info!(
+            "restart announced: the lease has {after} ms left (it had {before} ms); what runs here stays with its guards"
+        );
+    }
+
+    /// Adopts the etcds a previous run of this member left under their guards; whether this
+    /// run knows everything that may run here (then it need not wait for unknown leases to
+    /// run out before its first renewal).
+    async fn adopt(&mut self) -> bool {
+        let (state, me) = (self.state.clone(), self.name.clone());
+        let adoption = self
+            .workloads
+            .adopt(|name, epoch| state.read(|a| Target::adopted(&a.state, &me, name, epoch)))
+            .await;
+        let Some(adoption) = adoption else {
+            return false;
+        };
+        for (name, epoch) in &adoption.adopted {
+            tracing::info!(control_plane = %name, epoch, "adopted from the previous run");
+        }
+        if !adoption.unknown_guards.is_empty() {
+            tracing::info!(
+                pids = ?adoption.unknown_guards,
+                "guards of a previous run that cannot be adopted still run here"
+            );
+            return false;
+        }
+        true
+    }
+
     /// One round: renew, then act on the grant.
     pub async fn round(&mut self) {
         self.again = false;
@@ -293,6 +338,7 @@ impl Agent {
                 etcd_ids: self.workloads.etcd_ids(),
                 problems: self.workloads.problems(),
                 version: Some(crate::version::this_member()),
+                restarting: self.restarting,
             })
             .await;
         let reply = match reply {
@@ -323,7 +369,13 @@ impl Agent {
         }
         let grant = Grant {
             sent_at_ms,
-            lease_ms: reply.lease_ms.min(self.timing.lease_ms),
+            // Never longer than this member's own idea of a lease (the restart lease when it
+            // announced its restart): a leader with other timings cannot stretch it.
+            lease_ms: reply.lease_ms.min(if self.restarting {
+                self.timing.restart_lease_ms()
+            } else {
+                self.timing.lease_ms
+            }),
             control_planes: reply.granted,
             replicas: reply.replicas,
         };
@@ -335,14 +387,22 @@ impl Agent {
         self.own.record(grant.deadline_ms(), reply.applied_index);
         // Etcd members first: a zone-tolerant control plane's host fronts its own.
         let replicas = self.workloads.running_replicas();
-        let replica_actions = reconcile_replicas(&grant, &replicas);
+        let replica_actions = if self.restarting {
+            Vec::new()
+        } else {
+            reconcile_replicas(&grant, &replicas)
+        };
         let (replica_stops, replica_starts): (Vec<_>, Vec<_>) = replica_actions
             .into_iter()
             .partition(|a| matches!(a, ReplicaAction::Stop { .. }));
         for action in replica_starts {
             self.act_on_replica(action);
         }
-        let actions = reconcile(&mut self.memory, &grant, &running);
+        let mut actions = reconcile(&mut self.memory, &grant, &running);
+        if self.restarting {
+            // Leaving: what runs keeps running (longer), nothing starts or stops now.
+            actions.retain(|a| matches!(a, Action::Extend { .. }));
+        }
         self.again = actions.iter().any(|a| matches!(a, Action::Stop { .. }));
         for action in actions {
             // Each action is about one control plane at one epoch: its lines say which.
@@ -436,14 +496,25 @@ impl Agent {
 /// have left guards running workloads under a lease this run knows nothing of; they are gone
 /// by then, so this run's first renewal can truthfully say what runs here.
 pub async fn run(mut agent: Agent, mut stopped: watch::Receiver<bool>) {
-    let wait = Duration::from_millis(agent.timing.start_fence_wait_ms());
-    tracing::info!(
-        "waiting {} ms for leases a previous run may still hold before serving",
-        wait.as_millis()
-    );
-    tokio::select! {
-        _ = tokio::time::sleep(wait) => {}
-        _ = async { let _ = stopped.wait_for(|s| *s).await; } => return,
+    if agent.adopt().await {
+        tracing::info!("every etcd a previous run left here is adopted: serving at once");
+        // The first renewal as soon as a leader is known (its lease thaws what is frozen).
+        let wait = Duration::from_millis(agent.timing.lease_ms);
+        let _ = agent
+            .raft
+            .wait(Some(wait))
+            .metrics(|m| m.current_leader.is_some(), "a leader is known")
+            .await;
+    } else {
+        let wait = Duration::from_millis(agent.timing.start_fence_wait_ms());
+        tracing::info!(
+            "waiting {} ms for leases a previous run may still hold before serving",
+            wait.as_millis()
+        );
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = async { let _ = stopped.wait_for(|s| *s).await; } => return,
+        }
     }
     let mut tick = tokio::time::interval(agent.renew_interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -465,7 +536,10 @@ pub async fn run(mut agent: Agent, mut stopped: watch::Receiver<bool>) {
                 agent.state_moved_on()
             }
             _ = health.tick() => agent.health_moved_on(),
-            _ = async { let _ = stopped.wait_for(|s| *s).await; } => return,
+            _ = async { let _ = stopped.wait_for(|s| *s).await; } => {
+                agent.farewell().await;
+                return;
+            }
         };
         if !renew {
             continue;

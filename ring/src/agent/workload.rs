@@ -123,6 +123,31 @@ impl Target {
             zone_tolerant: cp.etcd.is_some(),
         })
     }
+
+    /// The control plane `name` at `epoch` that a previous run of `member` left running under
+    /// its guard, as this run's applied `state` knows it: as [`Target::from_state`] when the
+    /// state holds that epoch here; when the state is older (this run has not applied the move
+    /// yet), its endpoint and backup location as the state has them (a move changes neither
+    /// for the member it goes to). `None` when the state has moved it on, or no longer has it:
+    /// that etcd is no longer this member's to serve.
+    pub fn adopted(state: &RingState, member: &str, name: &str, epoch: u64) -> Option<Self> {
+        let cp = state.control_planes.get(name)?;
+        if cp.epoch > epoch || cp.etcd.is_some() {
+            return None;
+        }
+        if cp.epoch == epoch {
+            return Self::from_state(state, member, name, epoch);
+        }
+        Some(Self {
+            name: name.to_string(),
+            epoch,
+            endpoint: cp.endpoints.get(member).cloned()?,
+            dns_name: cp.dns_name.clone(),
+            backup: cp.backup_for(member).to_string(),
+            migration: None,
+            zone_tolerant: false,
+        })
+    }
 }
 
 /// The step of a zone-tolerant control plane's etcd cluster change its host is to carry out

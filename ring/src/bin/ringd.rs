@@ -260,6 +260,8 @@ fn main() -> ExitCode {
     }
     garden_ring::logging::init(&config.log, &config.name);
     let timing_warnings = config.timing.warnings();
+    // Long enough for one leadership transfer: the longest election timeout, twice.
+    let step_down_ms = config.timing.election_timeout_max_ms.saturating_mul(2);
     if !malloc_settings.is_empty() {
         tracing::debug!("malloc: {}", malloc_settings.join(", "));
     }
@@ -302,6 +304,11 @@ fn main() -> ExitCode {
                 ExitCode::from(EXIT_REMOVED)
             }
         };
+        // A member leaving on a signal hands its leadership over first (its last renewal then
+        // announces the restart to the new leader); one removed leads nothing.
+        if code == ExitCode::SUCCESS {
+            garden_ring::upgrade::step_down(&member.raft, step_down_ms).await;
+        }
         member.shutdown().await;
         tracing::info!("stopped");
         code

@@ -161,6 +161,13 @@ pub struct RenewRequest {
     /// which runs ring version 1 only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<crate::core::ring_version::MemberVersion>,
+    /// The member's last renewal before it restarts (SIGTERM): the leader grants the longest
+    /// lease rule 2 allows ([`crate::core::Timing::restart_lease_ms`]) and does not judge it
+    /// lost for [`crate::core::Timing::restart_grace_ms`], so that what it hosts keeps serving
+    /// under its guards while the next `ringd` starts and adopts it. Ignored by a leader of
+    /// release 0.1.0.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restarting: bool,
 }
 
 /// A member's last accepted contact with a leader of a term below `term`, as it sends it.
