@@ -254,10 +254,10 @@ CARGO_TARGET_DIR="$bench_target" cargo build --release -q \
 if [ "$(id -u)" -eq 0 ]; then
     # stale-disk: a member restarted on an old copy of its data directory is found diverged
     # and judged lost, its control planes move, the Admin history stays linearizable.
-    banner "ring-chaos run: zone-kill, zone-partition, leader-zone-kill, stale-disk"
+    banner "ring-chaos run: zone-kill, zone-partition, leader-zone-kill, stale-disk, rolling-restart"
     cargo run -q -p garden-ring-chaos --bin ring-chaos -- run \
         --scenario zone-kill --scenario zone-partition --scenario leader-zone-kill \
-        --scenario stale-disk --out target/chaos
+        --scenario stale-disk --scenario rolling-restart --out target/chaos
     # rolling-upgrade: the ring started on the previous release's binaries, upgraded to this
     # build member by member, followers first: nothing moves, nothing is lost, the ring ends at
     # this build's ring version (issue 43).
