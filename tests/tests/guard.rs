@@ -219,6 +219,22 @@ impl Controller {
         writeln!(self.writer, "{line}").unwrap();
     }
 
+    /// A line starting with `a` and one starting with `b`, in any order (others are
+    /// skipped), within 5 s.
+    fn expect_both(&self, a: &str, b: &str) {
+        let until = monotonic_ms() + 5_000;
+        let (mut seen_a, mut seen_b) = (false, false);
+        while !(seen_a && seen_b) {
+            let left = until.saturating_sub(monotonic_ms()).max(1);
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_millis(left))
+                .unwrap_or_else(|_| panic!("no lines {a:?} and {b:?} within 5 s"));
+            seen_a |= line.starts_with(a);
+            seen_b |= line.starts_with(b);
+        }
+    }
+
     /// The next line starting with `prefix` (others are skipped), within 5 s.
     fn expect(&self, prefix: &str) -> String {
         let until = monotonic_ms() + 5_000;
@@ -323,8 +339,8 @@ fn a_controlled_guard_outlives_its_controller_and_is_adopted_by_the_next() {
     // A lapse: the gate closes itself, the workload is frozen; a newer deadline thaws it and
     // the gate opens again, on the same workload.
     next.say(&format!("deadline {}", monotonic_ms() + 3_000));
-    next.expect("frozen ");
-    next.expect("gate ran-out");
+    // The workload frozen and the gate closed, in whichever order their reports come.
+    next.expect_both("frozen ", "gate ran-out");
     assert!(
         !echoes(&mut client, b"after the deadline"),
         "nothing relayed after it"

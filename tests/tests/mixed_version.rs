@@ -12,6 +12,10 @@
 //! - A `ringctl snapshot save` file written by 0.1.0's ringctl is restored by this release's.
 //! - A member of 0.1.0 that fell behind catches up by installing a snapshot of a leader of
 //!   this release.
+//! - With the etcd driver: while the ring is mixed, a switchover from a 0.1.0 host to one of
+//!   this release loses no acknowledged write (this release restores the final snapshot 0.1.0
+//!   wrote), and a zone kill of a 0.1.0 host fails over to a member of this release with every
+//!   write 0.1.0's delta snapshots hold.
 //! - At the end every member holds the same state (as etcd compares `HashKV`).
 
 use std::path::{Path, PathBuf};
@@ -379,5 +383,221 @@ async fn until_finalized_any_member_can_go_back_to_the_previous_release() {
     let (ok, text) = ringctl(&ring, &["upgrade", "release"]);
     assert!(ok, "{text}");
     write(&ring, "final", 2).await;
+    same_state_everywhere(&ring).await;
+}
+
+/// A writer's keys on `endpoint`: puts `/registry/<prefix>NNNNNN` until `stop`, retrying each
+/// until acknowledged (on a new connection); the acknowledged ones.
+async fn write_keys(
+    endpoint: String,
+    prefix: &'static str,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Vec<String> {
+    use garden_ring::backup::etcd::EtcdClient;
+    let mut acked = Vec::new();
+    let mut client: Option<EtcdClient> = None;
+    for i in 0.. {
+        if *stop.borrow() {
+            break;
+        }
+        let key = format!("/registry/{prefix}{i:06}");
+        loop {
+            if *stop.borrow() {
+                return acked;
+            }
+            if client.is_none() {
+                client = EtcdClient::connect(&endpoint, garden_ring_tests::etcd::fast())
+                    .await
+                    .ok();
+            }
+            if let Some(c) = &client
+                && c.put(key.as_bytes(), b"v").await.is_ok()
+            {
+                acked.push(key);
+                break;
+            }
+            client = None;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    acked
+}
+
+/// The keys under `/registry/<prefix>` that `cp` holds at its host.
+async fn keys_of(cp: &pb::ControlPlane, prefix: &str) -> std::collections::BTreeSet<String> {
+    use garden_ring::backup::etcd::EtcdClient;
+    let endpoint = format!("http://{}", cp.endpoints[&cp.host]);
+    let client = EtcdClient::connect(&endpoint, garden_ring_tests::etcd::fast())
+        .await
+        .unwrap_or_else(|e| panic!("{} at {endpoint}: {e}", cp.name));
+    client
+        .get_prefix_keys(format!("/registry/{prefix}").as_bytes())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|kv| String::from_utf8(kv.key).unwrap())
+        .collect()
+}
+
+/// `name` as the ring sees it once it runs on a member other than `not_on` (any, when empty).
+async fn running_off(ring: &Ring, name: &str, not_on: &str) -> pb::ControlPlane {
+    eventually(FORM, &format!("{name} runs off {not_on:?}"), || async {
+        let cp = garden_ring_tests::cps(ring, &[0, 1, 2])
+            .await
+            .remove(name)?;
+        (cp.phase == "running" && !cp.host.is_empty() && cp.host != not_on).then_some(cp)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_control_planes_switch_over_and_fail_over_while_the_ring_is_mixed() {
+    let Some(old) = previous_release() else {
+        return;
+    };
+    // A 0.1.0 ring whose members run etcd (delta snapshots every 300 ms).
+    let mut ring = Ring::prepare(RingOptions {
+        driver: garden_ring_tests::etcd::driver_with_deltas(3_600_000, 300),
+        ..RingOptions::default()
+    });
+    for p in &mut ring.procs {
+        p.ringd = Some(old.join("ringd"));
+        p.spawn();
+    }
+    let l = leader(&ring).await;
+    garden_ring_tests::wait_all_healthy(&ring).await;
+    let upgraded = (0..3).find(|&i| i != l).unwrap();
+    let old_follower = (0..3).find(|&i| i != l && i != upgraded).unwrap();
+    let name_of = |i: usize| ring.procs[i].config.name.clone();
+    let (new_name, old_name, leader_name) = (name_of(upgraded), name_of(old_follower), name_of(l));
+    // Both control planes start on the follower that stays on 0.1.0: its backups, written by
+    // 0.1.0, are what this release restores.
+    for cp in ["switched", "failed"] {
+        let backups = garden_ring_tests::etcd::file_backups(ring.dir.path(), cp);
+        let req = garden_ring_tests::etcd::etcd_control_plane(
+            cp,
+            &old_name,
+            &backups[&old_name],
+            backups.clone(),
+        );
+        add_control_plane(&ring.client(), req).await.unwrap();
+    }
+    let failed = garden_ring_tests::running_on_within(&ring, "failed", &old_name, FORM).await;
+    let switched = garden_ring_tests::running_on_within(&ring, "switched", &old_name, FORM).await;
+
+    // Mixed: one follower on this release.
+    restart_on(&mut ring, upgraded, None).await;
+
+    // A switchover from the 0.1.0 member to the upgraded one under a writer: the new host
+    // restores the final snapshot 0.1.0 wrote; nothing acknowledged is lost.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let endpoint = format!("http://{}", switched.endpoints[&old_name]);
+    let writer = tokio::spawn(write_keys(endpoint, "s", stopped));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (ok, text) = ringctl(
+        &ring,
+        &[
+            "switchover",
+            "switched",
+            "--to",
+            &new_name,
+            "--reason",
+            "mixed",
+        ],
+    );
+    assert!(ok, "{text}");
+    let moved = garden_ring_tests::running_on_within(&ring, "switched", &new_name, FORM).await;
+    let _ = stop.send(true);
+    let acked = writer.await.unwrap();
+    let got = keys_of(&moved, "s").await;
+    let missing = acked.iter().filter(|k| !got.contains(*k)).count();
+    assert!(acked.len() > 10, "only {} writes acknowledged", acked.len());
+    assert_eq!(
+        missing,
+        0,
+        "{missing} of {} acknowledged writes lost",
+        acked.len()
+    );
+    let switched_acked = acked.len();
+
+    // A zone kill of the 0.1.0 member: its control plane comes back elsewhere with every key
+    // its stored deltas hold (0.1.0's backups, restored by whichever member takes it).
+    let endpoint = format!("http://{}", failed.endpoints[&old_name]);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let writer = tokio::spawn(write_keys(endpoint, "f", stopped));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _ = stop.send(true);
+    let acked = writer.await.unwrap();
+    // Wait until the backups hold every acknowledged write (the host reports their revision).
+    let written_revision = eventually(FORM, "the writes' revision", || async {
+        let cp = garden_ring_tests::cps(&ring, &[0, 1, 2])
+            .await
+            .remove("failed")?;
+        let endpoint = format!("http://{}", cp.endpoints[&old_name]);
+        let c = garden_ring::backup::etcd::EtcdClient::connect(
+            &endpoint,
+            garden_ring_tests::etcd::fast(),
+        )
+        .await
+        .ok()?;
+        c.status().await.ok().map(|s| s.revision)
+    })
+    .await;
+    eventually(FORM, "the deltas hold every write", || async {
+        let cp = garden_ring_tests::cps(&ring, &[0, 1, 2])
+            .await
+            .remove("failed")?;
+        (cp.backup_status?.revision >= written_revision).then_some(())
+    })
+    .await;
+    // The leader (still on 0.1.0) is cordoned: the failover goes to the upgraded member, so
+    // this release restores what 0.1.0 stored.
+    let (ok, text) = ringctl(
+        &ring,
+        &[
+            "member",
+            "cordon",
+            &leader_name,
+            "--reason",
+            "fail over to this release",
+        ],
+    );
+    assert!(ok, "{text}");
+    ring.kill_zone(old_follower);
+    let moved = running_off(&ring, "failed", &old_name).await;
+    assert_eq!(moved.host, new_name, "{moved:?}");
+    let got = keys_of(&moved, "f").await;
+    let missing = acked.iter().filter(|k| !got.contains(*k)).count();
+    assert_eq!(
+        missing,
+        0,
+        "{missing} of {} snapshotted writes lost ({} restored it)",
+        acked.len(),
+        moved.host
+    );
+    println!(
+        "mixed ring: switchover {old_name} (0.1.0) -> {new_name} (this release) lost 0 of {} \
+         writes; {old_name} (0.1.0) killed, `failed` restored by {} (this release) from 0.1.0's \
+         backups with all {} snapshotted writes",
+        switched_acked,
+        moved.host,
+        acked.len()
+    );
+
+    let (ok, text) = ringctl(
+        &ring,
+        &["member", "uncordon", &leader_name, "--reason", "done"],
+    );
+    assert!(ok, "{text}");
+    // The rest upgraded (the killed member on this release, then the leader): the ring is
+    // raised and every member agrees.
+    ring.procs[old_follower].ringd = None;
+    ring.procs[old_follower].spawn();
+    caught_up(&ring, old_follower).await;
+    let l = leader(&ring).await;
+    if ring.procs[l].ringd.is_some() {
+        restart_on(&mut ring, l, None).await;
+    }
+    all_at(&ring, 2).await;
     same_state_everywhere(&ring).await;
 }
