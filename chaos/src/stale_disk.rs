@@ -43,6 +43,10 @@ pub(crate) async fn run(
         {
             anyhow::bail!("ringd {name} did not stop within 10 s of SIGTERM");
         }
+        // The machine stops as a whole (a VM restored from a disk snapshot, a directory
+        // copied back while nothing runs): the etcds its ringd left serving under their
+        // guards (for the next ringd to adopt) go with it.
+        garden_ring_tests::kill_processes_under(&data);
         Ok(())
     };
     stop(world)?;

@@ -997,11 +997,14 @@ pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
         let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
             copy_dir(&entry.path(), &target)?;
-        } else {
+        } else if kind.is_file() {
             std::fs::copy(entry.path(), &target)?;
         }
+        // Anything else (a guard's control socket) is no data: a copy leaves it out, as tar
+        // does ("socket ignored").
     }
     Ok(())
 }

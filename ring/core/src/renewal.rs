@@ -14,7 +14,7 @@
 //! and sorts each arriving request with [`sort`]: a later round is recorded, another copy of
 //! the same round is answered (it renews the lease) but recorded only once, an earlier round is
 //! refused. A new run supersedes the old one whatever its numbers: a restarted member renews
-//! only after `lease_ms + fence_ms` ([`crate::timing::Timing::start_fence_wait_ms`]), and
+//! only after the longest lease and `fence_ms` ([`crate::timing::Timing::start_fence_wait_ms`]), and
 //! reports nothing of what its previous run ran.
 
 use serde::{Deserialize, Serialize};

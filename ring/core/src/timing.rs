@@ -94,10 +94,11 @@ impl Timing {
         (self.renew_interval_ms() / 4).max(10)
     }
 
-    /// How long a freshly started `ringd` waits before its first renewal: a lease and the
-    /// fence time, so that guards a previous run left behind have stopped their workloads.
+    /// How long a freshly started `ringd` waits before its first renewal when guards it cannot
+    /// reach may still run: the longest lease (an announced restart's) and the fence time, so
+    /// that they have stopped serving.
     pub fn start_fence_wait_ms(&self) -> u64 {
-        self.lease_ms + self.fence_ms
+        self.lease_ms.max(self.restart_lease_ms()) + self.fence_ms
     }
 
     /// The lease a leader grants with a member's last renewal before it restarts (an announced

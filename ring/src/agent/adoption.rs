@@ -1,7 +1,7 @@
 //! What a starting `ringd` finds of its previous run's etcds: the guards that answer on their
 //! sockets ([`super::guarded`]) are adopted, and any other guard still running over this
-//! member's etcd data (one of a release without sockets, or an etcd member of a zone-tolerant
-//! control plane) is *unknown*: the agent then waits, as it always did, until whatever lease
+//! member's etcd data (one of a release without sockets, an etcd member of a zone-tolerant
+//! control plane, or one whose socket is gone because its directory was replaced) is *unknown*: the agent then waits, as it always did, until whatever lease
 //! such a guard holds has run out before it renews, so that its first renewal says truly what
 //! runs here.
 
@@ -74,23 +74,21 @@ fn epoch_dirs(data_root: &Path) -> Vec<(String, u64, PathBuf)> {
     out
 }
 
-/// The process ids of `ring-guard` processes that run something over `data_root` without a
-/// control socket: guards this run cannot adopt and knows nothing of.
-pub(crate) fn unknown_guards(data_root: &Path) -> Vec<i32> {
+/// The process ids of `ring-guard` processes that run something over `data_root` and are not
+/// among `adopted` (their own pids): guards this run cannot reach (without a control socket,
+/// or whose socket is gone: a directory replaced under it) and knows nothing of.
+pub(crate) fn unknown_guards(data_root: &Path, adopted: &[i32]) -> Vec<i32> {
     let root = data_root.to_string_lossy().to_string();
     crate::process::command_lines()
         .into_iter()
-        .filter(|(_, args)| is_unknown_guard(args, &root))
+        .filter(|(pid, args)| is_guard_over(args, &root) && !adopted.contains(pid))
         .map(|(pid, _)| pid)
         .collect()
 }
 
-/// Whether `args` are those of a `ring-guard` without `--control` whose command names
-/// something under `root`.
-fn is_unknown_guard(args: &[String], root: &str) -> bool {
-    crate::process::program(args) == Some("ring-guard")
-        && !args.iter().any(|a| a == "--control")
-        && args.iter().any(|a| a.contains(root))
+/// Whether `args` are those of a `ring-guard` whose command names something under `root`.
+fn is_guard_over(args: &[String], root: &str) -> bool {
+    crate::process::program(args) == Some("ring-guard") && args.iter().any(|a| a.contains(root))
 }
 
 #[cfg(test)]
@@ -98,7 +96,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_guards_without_a_socket_over_this_root_are_unknown() {
+    fn guards_over_this_root_are_found() {
         let line = |args: &[&str]| crate::process::split(args.join("\0").as_bytes());
         let root = "/var/lib/ring/etcd";
         let old = line(&[
@@ -110,7 +108,7 @@ mod tests {
             "--data-dir",
             "/var/lib/ring/etcd/cp/epoch-3/etcd",
         ]);
-        assert!(is_unknown_guard(&old, root));
+        assert!(is_guard_over(&old, root));
         let adoptable = line(&[
             "ring-guard",
             "--control",
@@ -120,12 +118,15 @@ mod tests {
             "--data-dir",
             "/var/lib/ring/etcd/cp/epoch-3/etcd",
         ]);
-        assert!(!is_unknown_guard(&adoptable, root));
+        assert!(
+            is_guard_over(&adoptable, root),
+            "adopted or not is the caller's"
+        );
         let elsewhere = line(&["ring-guard", "--", "etcd", "--data-dir", "/other/cp"]);
-        assert!(!is_unknown_guard(&elsewhere, root));
+        assert!(!is_guard_over(&elsewhere, root));
         let not_a_guard = line(&["etcd", "--data-dir", "/var/lib/ring/etcd/cp"]);
-        assert!(!is_unknown_guard(&not_a_guard, root));
-        assert!(!is_unknown_guard(&[], root));
+        assert!(!is_guard_over(&not_a_guard, root));
+        assert!(!is_guard_over(&[], root));
     }
 
     #[test]

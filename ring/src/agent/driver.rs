@@ -354,7 +354,9 @@ impl Workloads {
     ) -> Option<Adoption> {
         let runtime = self.etcd.clone()?;
         let mut adoption = Adoption::default();
+        let mut reached = Vec::new();
         for mut found in super::adoption::find(&runtime.data_root).await {
+            reached.push(found.status.guard_pid);
             let span = crate::logging::control_plane_span(&found.name, found.epoch);
             match target_of(&found.name, found.epoch) {
                 Some(target) if !self.etcd_instances.contains_key(&found.name) => {
@@ -374,8 +376,49 @@ impl Workloads {
                 }
             }
         }
-        adoption.unknown_guards = super::adoption::unknown_guards(&runtime.data_root);
+        adoption.unknown_guards = super::adoption::unknown_guards(&runtime.data_root, &reached);
         Some(adoption)
+    }
+
+    /// Before this ringd leaves: a delta snapshot of every etcd that serves here, waited for at
+    /// most `within` (the etcds serve on under their guards; what they acknowledged until now
+    /// is then in the bucket, whether or not a next ringd adopts them).
+    pub async fn flush_backups(&self, within: std::time::Duration) {
+        if self.etcd.is_none() || self.settings.etcd.delta_snapshot_period_ms == 0 {
+            return;
+        }
+        let asked_unix_ms = crate::time::unix_ms();
+        let mut serving = BTreeMap::new();
+        for (name, instance) in &self.etcd_instances {
+            if instance.phase() == InstancePhase::Serving {
+                instance.cut_soon();
+                serving.insert(name.clone(), instance.target().epoch);
+            }
+        }
+        let until = tokio::time::Instant::now() + within;
+        loop {
+            let stored = self.backups.at_epochs(&serving);
+            let done = serving.keys().all(|name| {
+                stored
+                    .get(name)
+                    .is_some_and(|r| r.up_to_date_unix_ms >= asked_unix_ms)
+            });
+            if done {
+                tracing::info!(
+                    control_planes = serving.len(),
+                    "last delta snapshots stored"
+                );
+                return;
+            }
+            if tokio::time::Instant::now() >= until {
+                tracing::warn!(
+                    "the last delta snapshots were not all stored within {} ms",
+                    within.as_millis()
+                );
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 
     /// Starts this member's etcd member of a zone-tolerant control plane, to be stopped at

@@ -122,6 +122,8 @@ struct Shared {
     /// The guard of an own etcd, once it runs: [`EtcdInstance::extend_now`] moves its
     /// deadline directly.
     guard: Mutex<Option<GuardLink>>,
+    /// Asks the serving loop for a delta snapshot now ([`EtcdInstance::cut_soon`]).
+    cut_soon: tokio::sync::Notify,
 }
 
 /// An open public endpoint: kept by this process (a zone-tolerant control plane's front end)
@@ -244,6 +246,7 @@ impl EtcdInstance {
             }),
             gate: tokio::sync::Mutex::new(None),
             guard: Mutex::new(None),
+            cut_soon: tokio::sync::Notify::new(),
         });
         // Every line the instance logs, the backup code's included, names its control plane
         // and epoch.
@@ -363,6 +366,13 @@ impl EtcdInstance {
         {
             link.set_deadline(deadline_ms).await;
         }
+    }
+
+    /// Asks for a delta snapshot at once (a leaving ringd's last one: what is acknowledged up
+    /// to now is in the bucket even if the machine goes down with it); its report's
+    /// `up_to_date_unix_ms` says when it is stored.
+    pub fn cut_soon(&self) {
+        self.shared.cut_soon.notify_one();
     }
 
     /// Stops serving now (the gate is closed when this returns); the final snapshot and
@@ -1502,6 +1512,7 @@ async fn behind_gate(
                         next_delta = tokio::time::Instant::now();
                     }
                 }
+                () = shared.cut_soon.notified() => next_delta = tokio::time::Instant::now(),
                 _ = tokio::time::sleep_until(next_delta), if delta_period_ms > 0 && backups.watching() => {
                     last_cut_failed = false;
                     let cut = backups.cut(deadline, false);

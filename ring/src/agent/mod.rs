@@ -266,6 +266,10 @@ impl Agent {
     /// member lost for a while; what runs here gets that deadline and is left to its guards
     /// for the next ringd to adopt.
     pub async fn farewell(&mut self) {
+        // First what the etcds acknowledged so far into their buckets (they serve on).
+        self.workloads
+            .flush_backups(Duration::from_millis(self.timing.lease_ms / 2))
+            .await;
         self.restarting = true;
         let before = self.own.remaining_ms(monotonic_ms());
         self.round().await;
@@ -492,7 +496,8 @@ impl Agent {
 /// Runs the agent until `stopped` turns true. Workloads keep their deadlines: a member that
 /// shuts down stops serving when its lease runs out (its guards see to that).
 ///
-/// It first waits `lease_ms + fence_ms`: a previous run of this member (killed, restarted) may
+/// It first adopts what a previous run left under guards it can reach; when others may run, it
+/// waits the longest lease and `fence_ms` ([`Timing::start_fence_wait_ms`]): a previous run of this member (killed, restarted) may
 /// have left guards running workloads under a lease this run knows nothing of; they are gone
 /// by then, so this run's first renewal can truthfully say what runs here.
 pub async fn run(mut agent: Agent, mut stopped: watch::Receiver<bool>) {
