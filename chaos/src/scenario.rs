@@ -506,6 +506,8 @@ async fn drive(
     let mut loss_phases = Vec::new();
     // Rolling restarts and upgrades: how many of the etcds they left running were restarted.
     let mut etcd_restarts = None;
+    // When the victim's data stopped growing, if before the fault (the loss check's reference).
+    let mut data_lost_ms = None;
     let fault_ms = match scenario.fault {
         Fault::ZoneKill | Fault::LeaderZoneKill | Fault::ZoneReturn => {
             let killed = kill(&victim_zone, victim_index, world)?;
@@ -695,9 +697,12 @@ async fn drive(
             at
         }
         Fault::StaleDisk => {
-            let at = crate::stale_disk::run(world, victim_index, &options.dir, timeline).await?;
-            // The fault is the start on the old copy, not the stops and writes before it.
+            let (stopped_at, at) =
+                crate::stale_disk::run(world, victim_index, &options.dir, timeline).await?;
+            // The fault is the start on the old copy, not the stops and writes before it; what
+            // is lost counts from the stop before it (the disk it ran on is replaced).
             fault_unix_ms = garden_ring::time::unix_ms();
+            data_lost_ms = Some(stopped_at);
             at
         }
         Fault::ClockJump => {
@@ -1269,7 +1274,10 @@ async fn drive(
         // fault must have survived it.
         stats.lost_before_delta_period = lost
             .iter()
-            .filter(|a| a.at_ms + world::DELTA_PERIOD_MS + DELTA_UPLOAD_ALLOWANCE_MS < fault_ms)
+            .filter(|a| {
+                a.at_ms + world::DELTA_PERIOD_MS + DELTA_UPLOAD_ALLOWANCE_MS
+                    < data_lost_ms.unwrap_or(fault_ms)
+            })
             .count() as u64;
         if moved.contains(&cp) {
             let first_new = record

@@ -17,13 +17,15 @@ const STALE_DISK_CHANGES: usize = 20;
 
 /// stale-disk: stops the victim's ringd, copies its data directory, starts it, commits
 /// [`STALE_DISK_CHANGES`] changes, stops it, puts the copy back and starts it; returns the
-/// timeline time of that last start (the fault).
+/// timeline times of that last stop (its machine's processes killed with it: nothing the
+/// member acknowledges later can be on the disk that is then replaced, so the loss of data
+/// counts from here) and of that last start (the fault the ring must find).
 pub(crate) async fn run(
     world: &mut World,
     victim_index: usize,
     dir: &std::path::Path,
     timeline: &mut Timeline,
-) -> anyhow::Result<u64> {
+) -> anyhow::Result<(u64, u64)> {
     let name = world.members[victim_index].name.clone();
     let zone = world.members[victim_index].zone.clone();
     let data = world.members[victim_index]
@@ -84,12 +86,20 @@ pub(crate) async fn run(
     // Give the victim time to acknowledge them (it is a healthy follower now).
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop(world)?;
+    // Writes its guard acknowledged after the farewell's last delta, until now, were on this
+    // disk only (less than a delta period's worth): the old copy replaces them.
+    let stopped_at = timeline.add(
+        "fault",
+        &zone,
+        format!("ringd {name} stopped, its machine's processes with it"),
+    );
     std::fs::remove_dir_all(&data)?;
     garden_ring_tests::copy_dir(&copy, &data).context("putting the old copy back")?;
     world.members[victim_index].ringd.spawn()?;
-    Ok(timeline.add(
+    let started_at = timeline.add(
         "fault",
         &zone,
         format!("ringd {name} started on the old copy of its data directory"),
-    ))
+    );
+    Ok((stopped_at, started_at))
 }

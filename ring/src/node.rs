@@ -150,7 +150,7 @@ pub struct Member {
     pub state: StateMachineStore,
     removed: watch::Receiver<Option<String>>,
     stop: watch::Sender<bool>,
-    tasks: Vec<JoinHandle<()>>,
+    tasks: Vec<(&'static str, JoinHandle<()>)>,
 }
 
 async fn bind(
@@ -248,7 +248,8 @@ struct Consensus {
 struct Tasks {
     stop: watch::Sender<bool>,
     stopped: watch::Receiver<bool>,
-    handles: Vec<JoinHandle<()>>,
+    /// Each task with what it is, for a shutdown that waits long to say what it waits for.
+    handles: Vec<(&'static str, JoinHandle<()>)>,
 }
 
 impl Tasks {
@@ -261,8 +262,16 @@ impl Tasks {
         }
     }
 
-    fn spawn(&mut self, task: impl std::future::Future<Output = ()> + Send + 'static) {
-        self.handles.push(tokio::spawn(task));
+    fn spawn(
+        &mut self,
+        name: &'static str,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        self.handles.push((name, tokio::spawn(task)));
+    }
+
+    fn push(&mut self, name: &'static str, handle: JoinHandle<()>) {
+        self.handles.push((name, handle));
     }
 }
 
@@ -345,7 +354,7 @@ impl Member {
             disk,
             db: _,
         } = consensus;
-        tasks.spawn(fail_stop(raft.clone(), tasks.stopped.clone()));
+        tasks.spawn("fail-stop", fail_stop(raft.clone(), tasks.stopped.clone()));
         let contact = LeaderContact::default();
         let seen = SeenCertificates::default();
         let policy = Policy::new(
@@ -428,24 +437,27 @@ impl Member {
         let listeners = (peer_listener, admin_listener);
         let health = serve_ports(&security, listeners, peer, &admin, &mut tasks)?;
 
-        tasks.spawn(duties::run(
-            duties::Duties::new(
-                id,
-                &config.name,
-                config.timing.clone(),
-                config.dns.zone.clone(),
-                duties::Parts {
-                    raft: raft.clone(),
-                    membership,
-                    state: state.clone(),
-                    network: network.clone(),
-                    contact: contact.clone(),
-                    desk: desk.clone(),
-                    finalize: config.upgrade.finalize,
-                },
+        tasks.spawn(
+            "duties",
+            duties::run(
+                duties::Duties::new(
+                    id,
+                    &config.name,
+                    config.timing.clone(),
+                    config.dns.zone.clone(),
+                    duties::Parts {
+                        raft: raft.clone(),
+                        membership,
+                        state: state.clone(),
+                        network: network.clone(),
+                        contact: contact.clone(),
+                        desk: desk.clone(),
+                        finalize: config.upgrade.finalize,
+                    },
+                ),
+                tasks.stopped.clone(),
             ),
-            tasks.stopped.clone(),
-        ));
+        );
         let agent = Agent::new(
             id,
             &config.name,
@@ -457,46 +469,56 @@ impl Member {
             config.timing.clone(),
             contact.clone(),
         );
-        tasks.spawn(introspection::report_health(
-            health,
-            raft.clone(),
-            agent.own_lease(),
-            disk.clone(),
-            tasks.stopped.clone(),
-        ));
+        tasks.spawn(
+            "health reports",
+            introspection::report_health(
+                health,
+                raft.clone(),
+                agent.own_lease(),
+                disk.clone(),
+                tasks.stopped.clone(),
+            ),
+        );
         if let Some(listener) = metrics_listener {
             tracing::info!(address = ?config.metrics.listen, "metrics endpoint listening (/metrics, /healthz, /readyz)");
-            tasks.handles.push(crate::metrics::serve(
-                listener,
-                crate::metrics::Sources {
-                    raft: raft.clone(),
-                    state: state.clone(),
-                    own: agent.own_lease(),
-                    counters,
-                    renewals,
-                    dns_propagation: keeper.propagation(),
-                    snapshots: snapshot_times,
-                    backups: backup_statuses,
-                    disk,
-                    tls: security.store().cloned(),
-                    contact: contact.clone(),
-                    diverged: pool.diverged().clone(),
-                    upgrade: reports.clone(),
-                    mixed_alert_after_ms: config.upgrade.mixed_alert_after_ms,
-                },
-                tasks.stopped.clone(),
-            ));
+            tasks.push(
+                "metrics",
+                crate::metrics::serve(
+                    listener,
+                    crate::metrics::Sources {
+                        raft: raft.clone(),
+                        state: state.clone(),
+                        own: agent.own_lease(),
+                        counters,
+                        renewals,
+                        dns_propagation: keeper.propagation(),
+                        snapshots: snapshot_times,
+                        backups: backup_statuses,
+                        disk,
+                        tls: security.store().cloned(),
+                        contact: contact.clone(),
+                        diverged: pool.diverged().clone(),
+                        upgrade: reports.clone(),
+                        mixed_alert_after_ms: config.upgrade.mixed_alert_after_ms,
+                    },
+                    tasks.stopped.clone(),
+                ),
+            );
         }
         if let Some(sockets) = dns_sockets {
             let (zone, feeder) =
                 crate::dns::server::feed(state.clone(), config.dns.ttl_s, tasks.stopped.clone());
-            tasks.handles.push(feeder);
-            tasks
-                .handles
-                .push(sockets.serve(zone, agent.own_lease(), tasks.stopped.clone()));
+            tasks.push("dns feeder", feeder);
+            tasks.push(
+                "dns server",
+                sockets.serve(zone, agent.own_lease(), tasks.stopped.clone()),
+            );
         }
-        tasks.spawn(crate::dns::keeper::run(keeper, tasks.stopped.clone()));
-        tasks.spawn(agent::run(agent, tasks.stopped.clone()));
+        tasks.spawn(
+            "dns keeper",
+            crate::dns::keeper::run(keeper, tasks.stopped.clone()),
+        );
+        tasks.spawn("agent", agent::run(agent, tasks.stopped.clone()));
         Ok(Self {
             id,
             raft,
@@ -521,15 +543,35 @@ impl Member {
     /// Stops the servers and Raft, and waits for them.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
-        for task in self.tasks {
-            let _ = task.await;
+        for (name, mut task) in self.tasks {
+            // A shutdown that hangs says on what (every SHUTDOWN_REPORT_MS), rather than
+            // leaving a supervisor's SIGKILL as the only clue.
+            loop {
+                let wait = std::time::Duration::from_millis(SHUTDOWN_REPORT_MS);
+                match tokio::time::timeout(wait, &mut task).await {
+                    Ok(_) => break,
+                    Err(_) => tracing::warn!("shutting down: still waiting for the {name} task"),
+                }
+            }
         }
-        if let Err(e) = self.raft.shutdown().await {
-            tracing::warn!("raft did not shut down cleanly: {e}");
+        let raft = self.raft.shutdown();
+        tokio::pin!(raft);
+        loop {
+            let wait = std::time::Duration::from_millis(SHUTDOWN_REPORT_MS);
+            match tokio::time::timeout(wait, &mut raft).await {
+                Ok(Ok(())) => break,
+                Ok(Err(e)) => {
+                    tracing::warn!("raft did not shut down cleanly: {e}");
+                    break;
+                }
+                Err(_) => tracing::warn!("shutting down: still waiting for raft"),
+            }
         }
     }
 }
 
+/// How often a shutdown that waits for a task says which, ms.
+const SHUTDOWN_REPORT_MS: u64 = 2_000;
 /// After a shutdown begins, how long the gRPC servers wait for open connections to close before
 /// dropping them, in milliseconds.
 pub const SERVER_DRAIN_MS: u64 = 500;
@@ -686,39 +728,46 @@ fn start_maintenance(
     consensus: &Consensus,
     tasks: &mut Tasks,
 ) {
-    tasks.spawn(keep_generation(
-        consensus.state.clone(),
-        consensus.pool.clone(),
-        tasks.stopped.clone(),
-    ));
-    tasks.spawn(crate::upgrade::keep_ring_version(
-        consensus.state.clone(),
-        consensus.pool.clone(),
-        consensus.db.clone(),
-        tasks.stopped.clone(),
-    ));
+    tasks.spawn(
+        "generation",
+        keep_generation(
+            consensus.state.clone(),
+            consensus.pool.clone(),
+            tasks.stopped.clone(),
+        ),
+    );
+    tasks.spawn(
+        "ring version",
+        crate::upgrade::keep_ring_version(
+            consensus.state.clone(),
+            consensus.pool.clone(),
+            consensus.db.clone(),
+            tasks.stopped.clone(),
+        ),
+    );
     if let Some(store) = security.store() {
         // Before the ports serve: a certificate revoked before a restart stays refused.
         let revocations = store.revocations().clone();
         consensus
             .state
             .read(|a| revocations.set_ring(&a.state.revoked));
-        tasks.spawn(follow_revocations(
-            consensus.state.clone(),
-            revocations,
-            tasks.stopped.clone(),
-        ));
+        tasks.spawn(
+            "revocations",
+            follow_revocations(consensus.state.clone(), revocations, tasks.stopped.clone()),
+        );
     }
     if let (Some(store), Some(tls)) = (security.store(), &config.tls) {
-        tasks.spawn(store.clone().run_reloader(
-            std::time::Duration::from_millis(tls.reload_interval_ms),
-            tasks.stopped.clone(),
-        ));
-        tasks.spawn(reconnect_on_reload(
-            store.clone(),
-            consensus.pool.clone(),
-            tasks.stopped.clone(),
-        ));
+        tasks.spawn(
+            "tls reloader",
+            store.clone().run_reloader(
+                std::time::Duration::from_millis(tls.reload_interval_ms),
+                tasks.stopped.clone(),
+            ),
+        );
+        tasks.spawn(
+            "tls reconnects",
+            reconnect_on_reload(store.clone(), consensus.pool.clone(), tasks.stopped.clone()),
+        );
     }
 }
 
@@ -744,27 +793,33 @@ fn serve_ports(
     );
     let reflection_v1 = introspection::reflection_v1()?;
     let reflection_v1alpha = introspection::reflection_v1alpha()?;
-    tasks.handles.push(serve(
-        "peer",
-        peer_listener,
-        security,
-        tasks.stopped.clone(),
-        move |mut server| server.add_service(peer).add_service(peer_health),
-    ));
+    tasks.push(
+        "peer service",
+        serve(
+            "peer",
+            peer_listener,
+            security,
+            tasks.stopped.clone(),
+            move |mut server| server.add_service(peer).add_service(peer_health),
+        ),
+    );
     let admin = admin.server();
-    tasks.handles.push(serve(
-        "admin",
-        admin_listener,
-        security,
-        tasks.stopped.clone(),
-        move |mut server| {
-            server
-                .add_service(admin)
-                .add_service(admin_health)
-                .add_service(reflection_v1)
-                .add_service(reflection_v1alpha)
-        },
-    ));
+    tasks.push(
+        "admin service",
+        serve(
+            "admin",
+            admin_listener,
+            security,
+            tasks.stopped.clone(),
+            move |mut server| {
+                server
+                    .add_service(admin)
+                    .add_service(admin_health)
+                    .add_service(reflection_v1)
+                    .add_service(reflection_v1alpha)
+            },
+        ),
+    );
     Ok(health)
 }
 

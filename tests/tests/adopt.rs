@@ -155,10 +155,11 @@ async fn restart_under_a_writer(ring: &mut Ring, i: usize, name: &str, host: &st
     assert_eq!(moves, 0, "{history}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_ringd_adopts_its_etcd_and_nothing_moves() {
+/// A three-member ring on the etcd driver (a full snapshot an hour, deltas every
+/// `delta_ms`), healthy, with a leader; returns it, the leader's index and a follower's.
+async fn etcd_ring(delta_ms: u64) -> (Ring, usize, usize) {
     let mut ring = Ring::prepare(RingOptions {
-        driver: garden_ring_tests::etcd::driver_with_deltas(3_600_000, 300),
+        driver: garden_ring_tests::etcd::driver_with_deltas(3_600_000, delta_ms),
         ..RingOptions::default()
     });
     for p in &mut ring.procs {
@@ -170,13 +171,24 @@ async fn a_restarted_ringd_adopts_its_etcd_and_nothing_moves() {
         .await;
     let l = ring.index_of(leader);
     let follower = (0..3).find(|&i| i != l).unwrap();
+    (ring, l, follower)
+}
+
+/// Adds the etcd-driver control plane `name` on `host` and waits until it runs there.
+async fn add_on(ring: &Ring, name: &str, host: &str) -> pb::ControlPlane {
+    let backups = file_backups(ring.dir.path(), name);
+    let req = etcd_control_plane(name, host, &backups[host], backups.clone());
+    add_control_plane(&ring.client(), req).await.unwrap();
+    running_on(ring, name, host).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_ringd_adopts_its_etcd_and_nothing_moves() {
+    let (mut ring, l, follower) = etcd_ring(300).await;
     let follower_name = ring.procs[follower].config.name.clone();
     let leader_name = ring.procs[l].config.name.clone();
     for (name, host) in [("on-follower", &follower_name), ("on-leader", &leader_name)] {
-        let backups = file_backups(ring.dir.path(), name);
-        let req = etcd_control_plane(name, host, &backups[host.as_str()], backups.clone());
-        add_control_plane(&ring.client(), req).await.unwrap();
-        running_on(&ring, name, host).await;
+        add_on(&ring, name, host).await;
     }
 
     // A follower hosting one.
@@ -185,4 +197,129 @@ async fn a_restarted_ringd_adopts_its_etcd_and_nothing_moves() {
     restart_under_a_writer(&mut ring, l, "on-leader", &leader_name).await;
     let log = ring.procs[l].log();
     assert!(log.contains("handing the leadership over"), "{log}");
+}
+
+/// Writes `/registry/<prefix>NNNNNN` until `stop`, each key tried once (a failed put only
+/// reconnects); returns the keys acknowledged, each with when.
+async fn write_until(
+    endpoint: String,
+    prefix: &'static str,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Vec<(String, Instant)> {
+    let mut acked = Vec::new();
+    let mut client = None;
+    for i in 0.. {
+        if *stop.borrow() {
+            break;
+        }
+        if client.is_none() {
+            client = EtcdClient::connect(&endpoint, fast()).await.ok();
+        }
+        let key = format!("/registry/{prefix}{i:06}");
+        match &client {
+            Some(c) if c.put(key.as_bytes(), b"v").await.is_ok() => {
+                acked.push((key, Instant::now()));
+            }
+            _ => {
+                client = None;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    acked
+}
+
+/// A ringd that leaves while its etcd still starts (on data a killed guard left: writes
+/// acknowledged after the last delta, on this disk only) stops that etcd with a final
+/// snapshot instead of leaving it to its guard: when the member then stays away, the host the
+/// ring moves the control plane to restores every acknowledged write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ringd_leaving_while_its_etcd_starts_stores_what_that_etcd_holds() {
+    // Deltas once a minute: the farewell's delta is the only one while the test runs.
+    let (mut ring, l, f) = etcd_ring(60_000).await;
+    let host = ring.procs[f].config.name.clone();
+    let name = "kept";
+    let before = add_on(&ring, name, &host).await;
+    let endpoint = format!("http://{}", before.endpoints[&host]);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let writer = tokio::spawn(write_until(endpoint.clone(), "k", stopped));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // SIGTERM: the farewell's delta, then the guard serves on alone; what it acknowledges now
+    // is on this disk only. Then the machine's processes go (its guards, its etcd).
+    let status = ring.procs[f].terminate();
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    let left_at = Instant::now();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let root = ring.procs[f].config.etcd_data_root();
+    garden_ring_tests::kill_processes_under(&root);
+    let _ = stop.send(true);
+    let acked = writer.await.unwrap();
+    let on_disk_only = acked.iter().filter(|(_, at)| *at > left_at).count();
+    assert!(
+        on_disk_only > 0,
+        "no write acknowledged by the guard alone ({} in all)",
+        acked.len()
+    );
+
+    // The next ringd starts etcd on that data; it is told to leave before etcd serves.
+    let logged_before = ring.procs[f].log().len();
+    ring.procs[f].spawn();
+    eventually(
+        Duration::from_secs(30),
+        "the next ringd starts etcd on the data that was here",
+        || async {
+            let log = ring.procs[f].log();
+            log[logged_before..]
+                .contains("data of this epoch is here already")
+                .then_some(())
+        },
+    )
+    .await;
+    let status = ring.procs[f].terminate();
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    let log = ring.procs[f].log()[logged_before..].to_string();
+    assert!(
+        log.contains("stopped what was still starting here") && log.contains("final snapshot"),
+        "no final snapshot of the etcd that was starting:\n{log}"
+    );
+
+    // It stays away: the ring moves the control plane, restored from the bucket.
+    let moved = eventually(
+        Duration::from_secs(60),
+        &format!("{name} runs elsewhere"),
+        || async {
+            let cp = garden_ring_tests::cps(&ring, &[l]).await.remove(name)?;
+            (cp.phase == "running" && cp.host != host && cp.epoch > before.epoch).then_some(cp)
+        },
+    )
+    .await;
+    let endpoint = format!("http://{}", moved.endpoints[&moved.host]);
+    let got: BTreeSet<String> = EtcdClient::connect(&endpoint, fast())
+        .await
+        .unwrap()
+        .get_prefix_keys(b"/registry/k")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|kv| String::from_utf8(kv.key).unwrap())
+        .collect();
+    let missing: Vec<&String> = acked
+        .iter()
+        .map(|(k, _)| k)
+        .filter(|k| !got.contains(*k))
+        .collect();
+    println!(
+        "{} writes acknowledged, {on_disk_only} of them by the guard alone after its ringd \
+         left; moved to {} at epoch {}: {} missing",
+        acked.len(),
+        moved.host,
+        moved.epoch,
+        missing.len()
+    );
+    assert!(
+        missing.is_empty(),
+        "{} acknowledged writes lost",
+        missing.len()
+    );
 }

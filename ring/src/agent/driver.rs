@@ -382,17 +382,31 @@ impl Workloads {
 
     /// Before this ringd leaves: a delta snapshot of every etcd that serves here, waited for at
     /// most `within` (the etcds serve on under their guards; what they acknowledged until now
-    /// is then in the bucket, whether or not a next ringd adopts them).
-    pub async fn flush_backups(&self, within: std::time::Duration) {
-        if self.etcd.is_none() || self.settings.etcd.delta_snapshot_period_ms == 0 {
-            return;
+    /// is then in the bucket, whether or not a next ringd adopts them). An instance still
+    /// preparing or starting is stopped instead (see [`Workloads::still_stopping`]): nothing
+    /// was acknowledged through it in this run, but an etcd starting on data an earlier run
+    /// left may hold writes the bucket lacks (that run ended without a final snapshot, its
+    /// guard killed); its final snapshot stores them, so no guard is left holding what the
+    /// bucket does not. Returns the control planes being stopped.
+    pub async fn flush_backups(&self, within: Duration) -> Vec<String> {
+        if self.etcd.is_none() {
+            return Vec::new();
         }
+        let deltas = self.settings.etcd.delta_snapshot_period_ms > 0;
         let asked_unix_ms = crate::time::unix_ms();
         let mut serving = BTreeMap::new();
+        let mut starting = Vec::new();
         for (name, instance) in &self.etcd_instances {
-            if instance.phase() == InstancePhase::Serving {
-                instance.cut_soon();
-                serving.insert(name.clone(), instance.target().epoch);
+            match instance.phase() {
+                InstancePhase::Serving if deltas => {
+                    instance.cut_soon();
+                    serving.insert(name.clone(), instance.target().epoch);
+                }
+                InstancePhase::Preparing => {
+                    instance.stop().await;
+                    starting.push(name.clone());
+                }
+                _ => {}
             }
         }
         let until = tokio::time::Instant::now() + within;
@@ -408,17 +422,30 @@ impl Workloads {
                     control_planes = serving.len(),
                     "last delta snapshots stored"
                 );
-                return;
+                return starting;
             }
             if tokio::time::Instant::now() >= until {
                 tracing::warn!(
                     "the last delta snapshots were not all stored within {} ms",
                     within.as_millis()
                 );
-                return;
+                return starting;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Which of `names` (instances [`Workloads::flush_backups`] stopped) have not ended yet.
+    pub fn still_stopping(&self, names: &[String]) -> Vec<String> {
+        names
+            .iter()
+            .filter(|name| {
+                self.etcd_instances
+                    .get(*name)
+                    .is_some_and(|i| i.phase() != InstancePhase::Ended)
+            })
+            .cloned()
+            .collect()
     }
 
     /// Starts this member's etcd member of a zone-tolerant control plane, to be stopped at

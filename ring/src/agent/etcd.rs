@@ -551,6 +551,8 @@ async fn run(
     let _forget = Forget(&runtime, &name, epoch);
     // The stored chain the restored etcd continues, if any.
     let mut resume = None;
+    // This epoch's data from an earlier run of this member (not restored now from the bucket).
+    let data_was_here = replica.is_none() && dir.join("etcd").is_dir();
     if replica.is_some() {
         // The etcd cluster holds the data: nothing to copy or restore, nothing lost.
         shared.report(MigrationStep::Starting, |r| {
@@ -594,7 +596,18 @@ async fn run(
             )
             .await
         }
-        None => serve(&runtime, &target, &shared, resume, &mut deadline, &mut stop).await,
+        None => {
+            serve(
+                &runtime,
+                &target,
+                &shared,
+                resume,
+                data_was_here,
+                &mut deadline,
+                &mut stop,
+            )
+            .await
+        }
     };
     let ending = match served {
         Ok(ending) => ending,
@@ -708,9 +721,14 @@ async fn run_adopted(
     shared.set_phase(InstancePhase::Ended);
 }
 
-/// Resolves once `stop` is set.
+/// Resolves once `stop` is set. Never when its sender is gone: the instance was dropped
+/// (its ringd leaves), which sets `detach` first, and the task may be polled on another
+/// thread at that moment; a stop taken from the drop would close the gate the guard keeps
+/// open for the next ringd.
 async fn stopped(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await;
+    if stop.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// Prepares the data of `target` at its epoch, retrying what may succeed later. Returns the
@@ -1016,6 +1034,7 @@ async fn serve(
     target: &Target,
     shared: &Shared,
     resume: Option<Resume>,
+    data_was_here: bool,
     deadline: &mut watch::Receiver<u64>,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<Ending, InstanceError> {
@@ -1092,10 +1111,22 @@ async fn serve(
         ..EtcdClientOptions::default()
     };
     let started = monotonic_ms();
+    let margin_ms = runtime.timing.self_fence_margin_ms();
+    let mut final_logged = false;
     let client = loop {
         if stop.has_changed().unwrap_or(true) && *stop.borrow() {
-            guard.stop(runtime.timing.fence_ms).await;
-            return Ok(Ending::Stopped);
+            // Data that was here already may hold writes the bucket lacks: etcd is started on
+            // for a final snapshot (the gate stays closed), while the lease lasts.
+            if !data_was_here || monotonic_ms() + margin_ms >= *deadline.borrow() {
+                guard.stop(runtime.timing.fence_ms).await;
+                return Ok(Ending::Stopped);
+            }
+            if !final_logged {
+                tracing::info!(
+                    "told to stop while etcd starts on data that was here already: a final snapshot of it first, the endpoint stays closed"
+                );
+                final_logged = true;
+            }
         }
         if let Some(status) = guard.exited() {
             return Err(InstanceError::ExitedWhileStarting(status));
@@ -1397,21 +1428,31 @@ async fn behind_gate(
         },
         None => false,
     };
-    let gate = match backend.open_gate(public, relay_to, deadline.clone()).await {
-        Ok(gate) => gate,
-        Err(e) => {
-            backend.stop(runtime.timing.fence_ms).await;
-            return Err(e);
+    // Told to stop before the gate opened (a leaving ringd, while etcd started on data that was
+    // here already): the gate stays closed and the final snapshot below stores what that data
+    // holds, which the bucket may not (writes acknowledged after the last delta of an earlier
+    // run whose etcd ended without a final snapshot).
+    let mut gate_ran_out = if *stop.borrow() {
+        shared.set_phase(InstancePhase::Stopping);
+        watch::channel(false).1
+    } else {
+        let gate = match backend.open_gate(public, relay_to, deadline.clone()).await {
+            Ok(gate) => gate,
+            Err(e) => {
+                backend.stop(runtime.timing.fence_ms).await;
+                return Err(e);
+            }
+        };
+        let ran_out = gate.ran_out();
+        *shared.gate.lock().await = Some(gate);
+        shared.set_phase(InstancePhase::Serving);
+        set_healthy(shared, true);
+        tracing::info!("etcd serves on {public}");
+        if matches!(backend, Backend::Own(_)) {
+            remove_older_epochs(runtime, name, epoch);
         }
+        ran_out
     };
-    let mut gate_ran_out = gate.ran_out();
-    *shared.gate.lock().await = Some(gate);
-    shared.set_phase(InstancePhase::Serving);
-    set_healthy(shared, true);
-    tracing::info!("etcd serves on {public}");
-    if matches!(backend, Backend::Own(_)) {
-        remove_older_epochs(runtime, name, epoch);
-    }
 
     let full_interval = Duration::from_millis(runtime.settings.full_snapshot_interval_ms);
     let delta_period_ms = runtime.settings.delta_snapshot_period_ms;
@@ -1453,6 +1494,9 @@ async fn behind_gate(
             // ("not uploading") and end the instance as if it had lost ownership.
             if monotonic_ms() + margin_ms >= *deadline.borrow() {
                 break Ending::LeaseRunningOut;
+            }
+            if *stop.borrow() {
+                break Ending::Stopped;
             }
             tokio::select! {
                 _ = stopped(stop) => break Ending::Stopped,

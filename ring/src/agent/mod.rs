@@ -266,8 +266,10 @@ impl Agent {
     /// member lost for a while; what runs here gets that deadline and is left to its guards
     /// for the next ringd to adopt.
     pub async fn farewell(&mut self) {
-        // First what the etcds acknowledged so far into their buckets (they serve on).
-        self.workloads
+        // First what the etcds acknowledged so far into their buckets (they serve on); what
+        // still starts is stopped, for its final snapshot.
+        let stopping = self
+            .workloads
             .flush_backups(Duration::from_millis(self.timing.lease_ms / 2))
             .await;
         self.restarting = true;
@@ -277,6 +279,25 @@ impl Agent {
         tracing::info!(
             "restart announced: the lease has {after} ms left (it had {before} ms); what runs here stays with its guards"
         );
+        // The final snapshots of what was stopped, while renewals (each announcing the
+        // restart again: nothing starts) keep the lease they are taken under.
+        let until = tokio::time::Instant::now() + Duration::from_millis(FAREWELL_STOP_WAIT_MS);
+        let mut left = self.workloads.still_stopping(&stopping);
+        while !left.is_empty() && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(self.timing.renew_interval_ms())).await;
+            self.round().await;
+            left = self.workloads.still_stopping(&stopping);
+        }
+        if !stopping.is_empty() {
+            if left.is_empty() {
+                tracing::info!(control_planes = ?stopping, "stopped what was still starting here");
+            } else {
+                tracing::warn!(
+                    control_planes = ?left,
+                    "still stopping after {FAREWELL_STOP_WAIT_MS} ms: left to their guards"
+                );
+            }
+        }
     }
 
     /// Adopts the etcds a previous run of this member left under their guards; whether this
@@ -561,3 +582,7 @@ pub async fn run(mut agent: Agent, mut stopped: watch::Receiver<bool>) {
 /// How often the agent looks at its etcd front ends' health between renewals, ms (a read of
 /// a flag each).
 const HEALTH_POLL_MS: u64 = 20;
+
+/// How long a leaving ringd waits for the instances it stopped (they were still starting) to
+/// end with their final snapshots, ms; past it, they are left to their guards.
+const FAREWELL_STOP_WAIT_MS: u64 = 30_000;
