@@ -79,25 +79,77 @@ async fn running_on(ring: &Ring, name: &str, host: &str) -> pb::ControlPlane {
     garden_ring_tests::running_on_within(ring, name, host, Duration::from_secs(30)).await
 }
 
-/// Restarts member `i` (SIGTERM, then the same binary on the same config) under a writer on
-/// `name`'s endpoint at `host`, and checks that nothing about `name` changed: the same etcd
-/// process, epoch and host, every acknowledged write there, no move in the history.
-async fn restart_under_a_writer(ring: &mut Ring, i: usize, name: &str, host: &str) {
+/// How a member's ringd goes before the same binary starts again on its config.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Leaving {
+    /// SIGTERM: an upgrade or a planned restart (announced to the leader).
+    Restart,
+    /// SIGKILL: a crash (nothing announced; the guards keep serving on the lease they have).
+    Crash,
+}
+
+/// Admin API writes (a label on member `on`, through every member's endpoint) one after the
+/// other until `stop`; the longest any took until it was acknowledged, retries included.
+async fn admin_writes_along(
+    client: garden_ring::admin::client::AdminClient,
+    on: String,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> (usize, Duration) {
+    let (mut done, mut longest) = (0, Duration::ZERO);
+    while !*stop.borrow() {
+        let asked = Instant::now();
+        loop {
+            let request = pb::MemberLabelRequest {
+                member: on.clone(),
+                labels: [("adopt-test".to_string(), done.to_string())].into(),
+                reason: "adopt test: Admin writes during a restart".into(),
+            };
+            let call = client.call(request, |mut c, r| async move { c.member_label(r).await });
+            if call.await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        longest = longest.max(asked.elapsed());
+        done += 1;
+    }
+    (done, longest)
+}
+
+/// Restarts member `i` (`how`, then the same binary on the same config) under a writer on
+/// `name`'s endpoint at `host` and an Admin API writer, and checks that nothing about `name`
+/// changed: the same etcd process, epoch and host, every acknowledged write there, no move
+/// in the history. Returns the longest Admin write.
+async fn restart_under_a_writer(
+    ring: &mut Ring,
+    i: usize,
+    name: &str,
+    host: &str,
+    how: Leaving,
+) -> Duration {
     assert_eq!(ring.procs[i].config.name, host, "member {i} hosts {name}");
     let before = running_on(ring, name, host).await;
     let root = ring.procs[i].config.etcd_data_root();
     let pid = etcd_pid(&root, name, before.epoch).expect("its etcd runs");
     let endpoint = format!("http://{}", before.endpoints[host]);
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let writer = tokio::spawn(write_all_along(endpoint.clone(), "w", stopped));
+    let writer = tokio::spawn(write_all_along(endpoint.clone(), "w", stopped.clone()));
+    let other = ring.procs[(i + 1) % 3].config.name.clone();
+    let admin = tokio::spawn(admin_writes_along(ring.client(), other, stopped));
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let restarted = Instant::now();
-    let status = ring.procs[i].terminate();
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "ringd exits cleanly on SIGTERM: {status:?}"
-    );
+    match how {
+        Leaving::Restart => {
+            let status = ring.procs[i].terminate();
+            assert!(
+                status.is_some_and(|s| s.success()),
+                "ringd exits cleanly on SIGTERM: {status:?}"
+            );
+        }
+        // Only ringd: what it started runs on under its guards.
+        Leaving::Crash => ring.procs[i].kill9(),
+    }
     let down_ms = restarted.elapsed().as_millis();
     ring.procs[i].spawn();
     let member = ring.procs[i].config.name.clone();
@@ -117,6 +169,7 @@ async fn restart_under_a_writer(ring: &mut Ring, i: usize, name: &str, host: &st
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     let _ = stop.send(true);
     let written = writer.await.unwrap();
+    let (admin_writes, admin_longest) = admin.await.unwrap();
 
     let after = running_on(ring, name, host).await;
     assert_eq!(after.epoch, before.epoch, "{name} moved");
@@ -145,14 +198,17 @@ async fn restart_under_a_writer(ring: &mut Ring, i: usize, name: &str, host: &st
         .filter(|l| l.contains("control-plane.move"))
         .count();
     println!(
-        "restart of {member} (hosting {name}): exited after {down_ms} ms, healthy again \
+        "{how:?} of {member} (hosting {name}): exited after {down_ms} ms, healthy again \
          after {back_ms} ms; etcd pid {pid} kept; {} writes acknowledged, 0 lost, longest \
-         wait {} ms, {} failed tries; {moves} moves in the history",
+         wait {} ms, {} failed tries; {moves} moves in the history; {admin_writes} Admin \
+         writes, the longest {} ms",
         written.acked.len(),
         written.longest_wait.as_millis(),
-        written.failures
+        written.failures,
+        admin_longest.as_millis()
     );
     assert_eq!(moves, 0, "{history}");
+    admin_longest
 }
 
 /// A three-member ring on the etcd driver (a full snapshot an hour, deltas every
@@ -192,11 +248,37 @@ async fn a_restarted_ringd_adopts_its_etcd_and_nothing_moves() {
     }
 
     // A follower hosting one.
-    restart_under_a_writer(&mut ring, follower, "on-follower", &follower_name).await;
-    // The leader hosting one: it hands the leadership over first.
-    restart_under_a_writer(&mut ring, l, "on-leader", &leader_name).await;
+    restart_under_a_writer(
+        &mut ring,
+        follower,
+        "on-follower",
+        &follower_name,
+        Leaving::Restart,
+    )
+    .await;
+    // The leader hosting one: it hands the leadership over first, so Admin writes wait for
+    // no election.
+    let admin_longest =
+        restart_under_a_writer(&mut ring, l, "on-leader", &leader_name, Leaving::Restart).await;
     let log = ring.procs[l].log();
     assert!(log.contains("handing the leadership over"), "{log}");
+    let election_ms = ring.procs[l].config.timing.election_timeout_max_ms;
+    assert!(
+        admin_longest.as_millis() <= u128::from(election_ms),
+        "an Admin write waited {} ms during the leader's restart, longer than an election \
+         ({election_ms} ms)",
+        admin_longest.as_millis()
+    );
+}
+
+/// A crashed ringd (SIGKILL) leaves its etcd serving under its guard, on the lease it had;
+/// the ringd started again adopts it: the same process, nothing lost, nothing moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_ringd_is_adopted_too() {
+    let (mut ring, _, follower) = etcd_ring(300).await;
+    let host = ring.procs[follower].config.name.clone();
+    add_on(&ring, "crashed", &host).await;
+    restart_under_a_writer(&mut ring, follower, "crashed", &host, Leaving::Crash).await;
 }
 
 /// Writes `/registry/<prefix>NNNNNN` until `stop`, each key tried once (a failed put only

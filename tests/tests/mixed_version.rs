@@ -11,7 +11,7 @@
 //!   upgrade finalize` raises it; then `ringctl upgrade hold` works.
 //! - A `ringctl snapshot save` file written by 0.1.0's ringctl is restored by this release's.
 //! - A member of 0.1.0 that fell behind catches up by installing a snapshot of a leader of
-//!   this release.
+//!   this release, and a member of this release one of a leader of 0.1.0.
 //! - With the etcd driver: while the ring is mixed, a switchover from a 0.1.0 host to one of
 //!   this release loses no acknowledged write (this release restores the final snapshot 0.1.0
 //!   wrote), and a zone kill of a 0.1.0 host fails over to a member of this release with every
@@ -214,10 +214,27 @@ async fn a_ring_of_the_previous_release_upgrades_member_by_member_and_raises_its
         String::from_utf8_lossy(&out.stderr)
     );
 
-    // Followers first: the ring is mixed, keeps working and stays at version 1.
+    // Followers first: the ring is mixed, keeps working and stays at version 1. The first one
+    // is down while the others write past their snapshot and trim their logs: started on this
+    // release, it catches up by installing a snapshot of the leader of 0.1.0.
     let l = leader(&ring).await;
+    let first = (0..3).find(|&i| i != l).unwrap();
+    assert!(ring.procs[first].terminate().is_some_and(|s| s.success()));
+    write(&ring, "lagging", 3 * SNAPSHOT_EVERY as usize).await;
+    let logged_before = ring.procs[first].log().len();
+    ring.procs[first].ringd = None;
+    ring.procs[first].spawn();
+    caught_up(&ring, first).await;
+    let installed = ring.procs[first].log()[logged_before..].to_string();
+    assert!(
+        installed.contains("installed snapshot"),
+        "the member of this release caught up without 0.1.0's snapshot:\n{installed}"
+    );
+    same_state_everywhere(&ring).await;
     for i in (0..3).filter(|&i| i != l) {
-        restart_on(&mut ring, i, None).await;
+        if i != first {
+            restart_on(&mut ring, i, None).await;
+        }
         write(&ring, &format!("mixed-{i}"), 3).await;
         let v = status(&ring.procs[i]).await.unwrap().ring_version.unwrap();
         assert_eq!(v.active, 1, "raised while a member runs 0.1.0");
